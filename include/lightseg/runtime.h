@@ -1,0 +1,13 @@
+// Process-wide settings every lightseg binary applies at start-up.
+#pragma once
+
+namespace lightseg {
+
+// - glibc malloc: keep big activation buffers (mmap threshold 1 GiB, no trimming), which
+//   otherwise go back to the OS every iteration and make training 5–30× slower;
+// - LibTorch intra-op threads: `threads` if > 0, else OMP_NUM_THREADS if set, else the
+//   number of cores (LibTorch's default of 1 thread wastes the machine).
+// Returns the thread count in effect.
+int init_runtime(int threads = 0);
+
+}  // namespace lightseg

@@ -1,0 +1,46 @@
+// lightseg: the weights file (".lsw"), self-describing.
+//
+// Layout: 8-byte magic "LSEGWTS1", u64 little-endian header length, a JSON header
+// {"format":"lightseg-weights","version":1,"arch":"lightseg","config":{...},"meta":{...},
+//  "tensors":[{"name","dtype","shape","offset","bytes"}...],"blobs":[{"name","offset","bytes"}],
+//  "extra":{...}}, then the raw little-endian data (offsets relative to the data start).
+// Blobs carry opaque bytes (a checkpoint's optimizer state); "extra" any JSON (training state).
+// Files are written atomically: a temporary file in the same folder, fsync, then rename.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lightseg/config.h"
+#include "lightseg/network.h"
+
+namespace lightseg {
+
+struct WeightsFile {
+  NetworkConfig config;
+  ModelMeta meta;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;  // in model order
+  std::map<std::string, std::string> blobs;
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+// Collects the model's parameters and buffers (CPU, contiguous copies).
+WeightsFile make_weights(Network& net, const ModelMeta& meta);
+void write_weights(const std::string& path, const WeightsFile& w);
+WeightsFile read_weights(const std::string& path);
+// Copies the file's tensors into net. Throws naming the first mismatching parameter and both shapes.
+void load_into(Network& net, const WeightsFile& w);
+
+// Convenience: build the network a file describes and load it.
+Network load_network(const std::string& path, ModelMeta* meta = nullptr);
+void save_network(const std::string& path, Network& net, const ModelMeta& meta);
+
+// Writes `bytes` to `path` atomically (temporary file + fsync + rename).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// The default weights shipped in the repository (models/camvid.lsw), found next to the
+// executable's install tree, in LIGHTSEG_MODELS or in the source tree. Empty if none.
+std::string default_weights_path();
+
+}  // namespace lightseg

@@ -1,0 +1,217 @@
+#include "lightseg/weights.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace lightseg {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+static const char kMagic[9] = "LSEGWTS1";
+
+static std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+static std::vector<std::pair<std::string, torch::Tensor>> model_tensors(Network& net) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : net->named_parameters(true)) out.emplace_back(p.key(), p.value());
+  for (const auto& b : net->named_buffers(true)) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+WeightsFile make_weights(Network& net, const ModelMeta& meta) {
+  WeightsFile w;
+  w.config = net->config();
+  w.meta = meta;
+  for (auto& [name, t] : model_tensors(net))
+    w.tensors.emplace_back(name, t.detach().to(torch::kCPU).contiguous().clone());
+  return w;
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  fs::path p(path);
+  if (p.has_parent_path() && !p.parent_path().empty()) fs::create_directories(p.parent_path());
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot flush '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
+  }
+}
+
+static std::string dtype_name(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kFloat32) return "f32";
+  if (t.scalar_type() == torch::kInt64) return "i64";
+  throw std::runtime_error("unsupported tensor type in weights: " + std::string(c10::toString(t.scalar_type())));
+}
+
+void write_weights(const std::string& path, const WeightsFile& w) {
+  json h;
+  h["format"] = "lightseg-weights";
+  h["version"] = 1;
+  h["arch"] = w.meta.arch;
+  h["config"] = w.config.to_json();
+  h["meta"] = w.meta.to_json();
+  h["extra"] = w.extra;
+  std::string data;
+  json tl = json::array();
+  for (const auto& [name, t0] : w.tensors) {
+    torch::Tensor t = t0.detach().to(torch::kCPU).contiguous();
+    size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    tl.push_back({{"name", name}, {"dtype", dtype_name(t)}, {"shape", t.sizes().vec()},
+                  {"offset", data.size()}, {"bytes", bytes}});
+    data.append(static_cast<const char*>(t.data_ptr()), bytes);
+  }
+  json bl = json::array();
+  for (const auto& [name, b] : w.blobs) {
+    bl.push_back({{"name", name}, {"offset", data.size()}, {"bytes", b.size()}});
+    data += b;
+  }
+  h["tensors"] = tl;
+  h["blobs"] = bl;
+  std::string header = h.dump();
+  std::string out(kMagic, 8);
+  uint64_t len = header.size();
+  out.append(reinterpret_cast<const char*>(&len), 8);
+  out += header;
+  out += data;
+  write_file_atomic(path, out);
+}
+
+WeightsFile read_weights(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open weights file '" + path + "'");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (all.size() < 16 || std::memcmp(all.data(), kMagic, 8) != 0)
+    throw std::runtime_error("'" + path + "' is not a lightseg weights file (bad magic)");
+  uint64_t len = 0;
+  std::memcpy(&len, all.data() + 8, 8);
+  if (len > all.size() - 16) throw std::runtime_error("'" + path + "' is truncated (header)");
+  json h;
+  try {
+    h = json::parse(all.substr(16, len));
+  } catch (const json::exception& e) {
+    throw std::runtime_error("'" + path + "' has a corrupt header: " + e.what());
+  }
+  const size_t base = 16 + len;
+  WeightsFile w;
+  try {
+    if (h.value("format", "") != "lightseg-weights")
+      throw std::runtime_error("'" + path + "' is not a lightseg weights file");
+    w.config = NetworkConfig::from_json(h.at("config"));
+    w.meta = ModelMeta::from_json(h.at("meta"));
+    if (h.contains("extra")) w.extra = h.at("extra");
+    for (const auto& t : h.at("tensors")) {
+      const auto shape = t.at("shape").get<std::vector<int64_t>>();
+      const size_t off = t.at("offset").get<size_t>(), bytes = t.at("bytes").get<size_t>();
+      const std::string dt = t.at("dtype").get<std::string>();
+      auto type = dt == "f32" ? torch::kFloat32 : dt == "i64" ? torch::kInt64 : throw std::runtime_error("unknown dtype " + dt);
+      torch::Tensor x = torch::empty(shape, torch::TensorOptions().dtype(type));
+      if (static_cast<size_t>(x.numel()) * x.element_size() != bytes || base + off + bytes > all.size())
+        throw std::runtime_error("'" + path + "' is truncated or corrupt at tensor '" +
+                                 t.at("name").get<std::string>() + "'");
+      std::memcpy(x.data_ptr(), all.data() + base + off, bytes);
+      w.tensors.emplace_back(t.at("name").get<std::string>(), x);
+    }
+    if (h.contains("blobs"))
+      for (const auto& b : h.at("blobs")) {
+        const size_t off = b.at("offset").get<size_t>(), bytes = b.at("bytes").get<size_t>();
+        if (base + off + bytes > all.size()) throw std::runtime_error("'" + path + "' is truncated (blob)");
+        w.blobs[b.at("name").get<std::string>()] = all.substr(base + off, bytes);
+      }
+  } catch (const json::exception& e) {
+    throw std::runtime_error("'" + path + "' has a malformed header: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("'" + path + "': " + e.what());
+  }
+  return w;
+}
+
+void load_into(Network& net, const WeightsFile& w) {
+  std::map<std::string, const torch::Tensor*> have;
+  for (const auto& [name, t] : w.tensors) have[name] = &t;
+  auto mine = model_tensors(net);
+  for (auto& [name, t] : mine) {
+    auto it = have.find(name);
+    if (it == have.end())
+      throw std::runtime_error("weights do not fit the model: parameter '" + name + "' (shape " +
+                               shape_str(t.sizes().vec()) + ") is missing from the file");
+    if (it->second->sizes() != t.sizes())
+      throw std::runtime_error("weights do not fit the model: parameter '" + name + "' has shape " +
+                               shape_str(it->second->sizes().vec()) + " in the file but " +
+                               shape_str(t.sizes().vec()) + " in the model");
+  }
+  if (have.size() != mine.size()) {
+    std::map<std::string, int> m;
+    for (auto& [name, t] : mine) m[name] = 1;
+    for (const auto& [name, t] : w.tensors)
+      if (!m.count(name))
+        throw std::runtime_error("weights do not fit the model: the file has parameter '" + name + "' (shape " +
+                                 shape_str(t.sizes().vec()) + ") that the model lacks");
+  }
+  torch::NoGradGuard ng;
+  for (auto& [name, t] : mine) t.copy_(*have[name]);
+}
+
+Network load_network(const std::string& path, ModelMeta* meta) {
+  WeightsFile w = read_weights(path);
+  Network net(w.config);
+  load_into(net, w);
+  net->eval();
+  if (meta) *meta = w.meta;
+  return net;
+}
+
+void save_network(const std::string& path, Network& net, const ModelMeta& meta) {
+  write_weights(path, make_weights(net, meta));
+}
+
+std::string default_weights_path() {
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("LIGHTSEG_MODELS")) candidates.push_back(fs::path(env) / "camvid.lsw");
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // build/bin/lightseg → ../../models ; install prefix bin/ → ../share/lightseg/models
+    candidates.push_back(exe.parent_path() / ".." / ".." / "models" / "camvid.lsw");
+    candidates.push_back(exe.parent_path() / ".." / "share" / "lightseg" / "models" / "camvid.lsw");
+  }
+#ifdef LIGHTSEG_SOURCE_MODELS
+  candidates.push_back(fs::path(LIGHTSEG_SOURCE_MODELS) / "camvid.lsw");
+#endif
+  for (const auto& c : candidates)
+    if (fs::exists(c, ec)) return fs::weakly_canonical(c, ec).string();
+  return {};
+}
+
+}  // namespace lightseg

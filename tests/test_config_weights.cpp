@@ -1,0 +1,141 @@
+// Configuration JSON and the self-describing weights file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lightseg/config.h"
+#include "lightseg/network.h"
+#include "lightseg/weights.h"
+
+using namespace lightseg;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path tmpdir() {
+  auto d = fs::temp_directory_path() / ("lightseg_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::create_directories(d);
+  return d;
+}
+}  // namespace
+
+TEST(Config, DefaultsMatchNetworkMd) {
+  NetworkConfig c;
+  EXPECT_EQ(c.c0, 32);
+  EXPECT_EQ(c.c1, 64);
+  EXPECT_EQ(c.c2, 128);
+  EXPECT_EQ(c.stage1.layers, 3);
+  EXPECT_EQ(c.stage2.layers, 6);
+  EXPECT_EQ(c.stage2.dilations, (std::vector<int>{4, 4, 8, 8, 16, 16}));
+  EXPECT_TRUE(c.spatial_attention);
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(Config, JsonRoundTripAndPartialOverrides) {
+  NetworkConfig c;
+  c.c1 = 48;
+  c.stage1.type = FELayerType::DAB;
+  c.spatial_attention = false;
+  EXPECT_EQ(NetworkConfig::from_json(c.to_json()), c);
+  auto p = NetworkConfig::from_json(nlohmann::json::parse(R"({"network": {"num_classes": 19, "stage2": {"layers": 4}}})"));
+  EXPECT_EQ(p.num_classes, 19);
+  EXPECT_EQ(p.stage2.layers, 4);
+  EXPECT_EQ(p.stage2.dilations.size(), 4u);
+  EXPECT_EQ(p.c1, 64);
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  try {
+    NetworkConfig::from_json(nlohmann::json::parse(R"({"c1": 64, "chanels": 3})"));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("chanels"), std::string::npos);
+  }
+  try {
+    NetworkConfig::from_json(nlohmann::json::parse(R"({"stage1": {"layers": 2, "dilations": [1,2,3]}})"));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("dilations"), std::string::npos);
+  }
+  EXPECT_THROW(NetworkConfig::from_json(nlohmann::json::parse(R"({"stage1": {"type": "Transformer"}})")),
+               std::invalid_argument);
+  EXPECT_THROW(NetworkConfig::from_json(nlohmann::json::parse(R"({"feb_ratio": 0})")), std::invalid_argument);
+}
+
+TEST(Weights, SaveLoadRoundTripsBitExactly) {
+  auto dir = tmpdir();
+  torch::manual_seed(5);
+  NetworkConfig cfg;
+  cfg.num_classes = 11;
+  Network a(cfg);
+  a->train();
+  {
+    torch::NoGradGuard ng;
+    a->forward(torch::randn({2, 3, 64, 64}));  // non-default BN buffers
+  }
+  a->eval();
+  auto meta = ModelMeta::camvid();
+  save_network((dir / "a.lsw").string(), a, meta);
+  ModelMeta meta2;
+  Network b = load_network((dir / "a.lsw").string(), &meta2);
+  EXPECT_EQ(meta2.class_names, meta.class_names);
+  EXPECT_EQ(meta2.palette, meta.palette);
+  EXPECT_EQ(meta2.mean, meta.mean);
+  EXPECT_EQ(b->config(), a->config());
+  auto pa = a->named_parameters();
+  auto pb = b->named_parameters();
+  for (const auto& p : pa) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+  auto ba = a->named_buffers();
+  auto bb = b->named_buffers();
+  for (const auto& p : ba) EXPECT_TRUE(torch::equal(p.value(), bb[p.key()])) << p.key();
+  torch::NoGradGuard ng;
+  auto x = torch::randn({1, 3, 77, 91});
+  EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
+  // no temporary file is left behind
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  fs::remove_all(dir);
+}
+
+TEST(Weights, MismatchNamesParameterAndBothShapes) {
+  auto dir = tmpdir();
+  NetworkConfig small;
+  small.c1 = 48;
+  Network a(small);
+  save_network((dir / "s.lsw").string(), a, ModelMeta::camvid());
+  Network b;  // default c1 = 64
+  auto w = read_weights((dir / "s.lsw").string());
+  try {
+    load_into(b, w);
+    FAIL() << "expected a mismatch";
+  } catch (const std::runtime_error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("semantic1.down.conv.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("[16, 32, 3, 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[32, 32, 3, 3]"), std::string::npos) << m;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Weights, CorruptAndTruncatedFilesFailCleanly) {
+  auto dir = tmpdir();
+  Network a;
+  auto p = (dir / "a.lsw").string();
+  save_network(p, a, ModelMeta::camvid());
+  std::string bytes;
+  {
+    std::ifstream f(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  auto write = [&](const std::string& name, const std::string& b) {
+    std::ofstream(dir / name, std::ios::binary) << b;
+    return (dir / name).string();
+  };
+  EXPECT_THROW(read_weights(write("t.lsw", bytes.substr(0, bytes.size() / 2))), std::runtime_error);
+  EXPECT_THROW(read_weights(write("h.lsw", bytes.substr(0, 40))), std::runtime_error);
+  EXPECT_THROW(read_weights(write("g.lsw", "hello world, not weights")), std::runtime_error);
+  EXPECT_THROW(read_weights((dir / "missing.lsw").string()), std::runtime_error);
+  fs::remove_all(dir);
+}

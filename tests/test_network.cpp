@@ -1,0 +1,253 @@
+// Claims 1–7: the data flow of the network, checked on named intermediates.
+#include <gtest/gtest.h>
+
+#include "lightseg/model/dab.h"
+#include "lightseg/model/feb.h"
+#include "lightseg/model/residual_block.h"
+#include "lightseg/network.h"
+
+using namespace lightseg;
+
+namespace {
+
+torch::Tensor image(int64_t h, int64_t w, int64_t n = 1) {
+  torch::manual_seed(7);
+  return torch::randn({n, 3, h, w});
+}
+
+Network eval_net(const NetworkConfig& cfg = NetworkConfig{}) {
+  torch::manual_seed(1);
+  Network net(cfg);
+  // Non-trivial BN statistics so that eval mode is not an identity on the BN layers.
+  net->train();
+  {
+    torch::NoGradGuard ng;
+    for (int i = 0; i < 2; ++i) net->forward(torch::randn({2, 3, 64, 96}));
+  }
+  net->eval();
+  return net;
+}
+
+void expect_close(const torch::Tensor& a, const torch::Tensor& b, double tol = 1e-5) {
+  ASSERT_EQ(a.sizes(), b.sizes());
+  EXPECT_LT((a - b).abs().max().item<double>(), tol);
+}
+
+}  // namespace
+
+TEST(Network, SpatialBranchShapesAndDataFlow) {  // C1.2, C2.1–C2.4
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  auto o = net->forward_debug(image(360, 480));
+  EXPECT_EQ(o.F1.sizes(), (std::vector<int64_t>{1, 32, 180, 240}));
+  EXPECT_EQ(o.s1.sizes(), (std::vector<int64_t>{1, 1, 90, 120}));   // H/4, one channel
+  EXPECT_EQ(o.s2.sizes(), (std::vector<int64_t>{1, 1, 45, 60}));    // H/8, one channel
+  EXPECT_EQ(o.S1.size(1), 32);
+  // C2.3 reads S1 (the multi-channel map), not s1
+  expect_close(net->spatial->conv2->forward(o.S1), o.S2);
+  expect_close(model::conv(net->spatial->compress1, o.S1), o.s1);
+  expect_close(model::conv(net->spatial->compress2, o.S2), o.s2);
+  // the spatial branch as a module gives the same maps
+  auto s = net->spatial->forward(o.F1);
+  expect_close(s.s1, o.s1);
+  expect_close(s.s2, o.s2);
+}
+
+TEST(Network, AddersAddCompressedSpatialMaps) {  // C1.3–C1.6
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  auto o = net->forward_debug(image(96, 128));
+  EXPECT_EQ(o.M1.sizes(), (std::vector<int64_t>{1, 64, 24, 32}));
+  EXPECT_EQ(o.M2.sizes(), (std::vector<int64_t>{1, 128, 12, 16}));
+  expect_close(o.A1, o.M1 + o.s1.expand_as(o.M1));
+  expect_close(o.A2, o.M2 + o.s2.expand_as(o.M2));
+  // the adder really contributes: A1 differs from M1 by s1 in every channel
+  expect_close(o.A1.select(1, 5) - o.M1.select(1, 5), o.s1.select(1, 0));
+  EXPECT_GT(o.s1.abs().max().item<double>(), 0.0);
+  // C1.5 reads A1
+  expect_close(net->semantic2->forward(o.A1), o.M2);
+}
+
+TEST(Network, SemanticBranchConcatenatesDownsampledAndEnhanced) {  // claim 3, C5.1, C5.2
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  auto o = net->forward_debug(image(96, 128));
+  EXPECT_EQ(o.D1.sizes(), o.E1.sizes());
+  auto cat = torch::cat({o.D1, o.E1}, 1);
+  expect_close(net->semantic1->fuse->forward(cat), o.M1);
+  EXPECT_EQ(net->semantic1->layers->size(), 3u);
+  EXPECT_EQ(net->semantic2->layers->size(), 6u);
+  // C5.2: every FE layer of a branch keeps the size and channel count
+  torch::Tensor x = o.D2;
+  for (auto& layer : *net->semantic2->layers) {
+    torch::Tensor y = layer.forward(x);
+    EXPECT_EQ(y.sizes(), x.sizes());
+    x = y;
+  }
+  expect_close(x, o.E2);
+  // C5.1: equal counts are rejected
+  NetworkConfig bad;
+  bad.stage2.layers = 3;
+  bad.stage2.dilations = {4, 4, 8};
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+}
+
+TEST(Network, DecoderFusesThreePathsAtA1Size) {  // C1.7–C1.10
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  auto o = net->forward_debug(image(360, 480));
+  for (const auto* X : {&o.X1, &o.X2, &o.X3}) EXPECT_EQ(X->sizes(), o.A1.sizes());
+  // C1.7: the third depthwise conv has F1's channel count as kernels, the third PW A1's
+  const auto& dw3 = net->decoder->dw3->conv;
+  EXPECT_EQ(dw3->weight.size(0), o.F1.size(1));
+  EXPECT_EQ(dw3->options.groups(), o.F1.size(1));
+  EXPECT_EQ(net->decoder->pw3->conv->weight.size(0), o.A1.size(1));
+  // C1.8: fourth DW and PW both with A1's channel count
+  EXPECT_EQ(net->decoder->dw4->conv->weight.size(0), o.A1.size(1));
+  EXPECT_EQ(net->decoder->dw4->conv->options.groups(), o.A1.size(1));
+  EXPECT_EQ(net->decoder->pw4->conv->weight.size(0), o.A1.size(1));
+  expect_close(net->decoder->pw3->forward(net->decoder->dw3->forward(o.F1)), o.X1);
+  expect_close(net->decoder->pw4->forward(net->decoder->dw4->forward(o.A1)), o.X2);
+  // C1.9: PW5 compresses A2 to A1's channels, then ×2 upsampling
+  auto pw5 = net->decoder->pw5->forward(o.A2);
+  EXPECT_EQ(pw5.size(1), o.A1.size(1));
+  expect_close(model::upsample_to(pw5, o.A1.size(2), o.A1.size(3)), o.X3);
+  // C6.1 / C1.10
+  expect_close(o.F, o.SA + o.X1 + o.X2 + o.X3);
+}
+
+TEST(Network, SpatialAttentionWeightsX1) {  // C7.1–C7.4
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  auto o = net->forward_debug(image(96, 128));
+  EXPECT_EQ(o.mask.size(1), 1);
+  EXPECT_GT(o.mask.min().item<double>(), 0.0);
+  EXPECT_LT(o.mask.max().item<double>(), 1.0);
+  auto att = net->decoder->attention;
+  auto mask = torch::sigmoid(model::conv(att->conv3d, att->pw7->forward(o.X1)));
+  expect_close(mask, o.mask);
+  expect_close(o.SA, o.X1 * mask);
+  EXPECT_EQ(att->conv3d->weight.sizes(), (std::vector<int64_t>{1, 64, 3, 3}));  // full conv, 1 out channel
+}
+
+TEST(Network, AttentionCanBeSwitchedOff) {
+  NetworkConfig cfg;
+  cfg.spatial_attention = false;
+  auto net = eval_net(cfg);
+  torch::NoGradGuard ng;
+  auto o = net->forward_debug(image(64, 64));
+  EXPECT_FALSE(o.SA.defined());
+  expect_close(o.F, o.X1 + o.X2 + o.X3);
+  EXPECT_LT(count_parameters(*net), count_parameters(*Network(NetworkConfig{})));
+}
+
+TEST(Network, FEBDilatedBranchReadsP) {  // C4.1–C4.8
+  torch::manual_seed(3);
+  model::FEB feb(64, 4, 0.5);
+  feb->eval();
+  torch::NoGradGuard ng;
+  auto x = torch::randn({1, 64, 20, 24});
+  auto o = feb->forward_debug(x);
+  EXPECT_EQ(o.P.size(1), 32);
+  expect_close(feb->pw1->forward(feb->dw1->forward(x)), o.P);
+  expect_close(feb->dw_dilated->forward(o.P), o.Q2);  // C4.4 reads P
+  expect_close(feb->dw2->forward(o.P), o.Q1);         // C4.3 reads P
+  EXPECT_EQ(feb->dw_dilated->conv->options.dilation()->at(0), 4);
+  EXPECT_EQ(feb->dw_dilated->conv->options.groups(), 32);
+  EXPECT_EQ(feb->dw1->conv->options.groups(), 64);
+  EXPECT_EQ(feb->conv3d->conv->weight.sizes(), (std::vector<int64_t>{32, 32, 3, 3}));  // C4.6 full conv
+  expect_close(o.U, o.P + o.Q1 + o.Q2);
+  EXPECT_FALSE(feb->pw2->bn_act->act);  // C4.7: BN only, PReLU after the residual add
+  expect_close(o.out, feb->act->forward(x + o.W));
+  expect_close(feb->forward(x), o.out);
+}
+
+TEST(Network, OutputIsClassesTimesInputSize) {  // C1.11, any size ≥ 32
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{360, 480}, {361, 479}, {32, 32}, {33, 97}, {1024, 2048}}) {
+    auto y = net->forward(image(h, w));
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{1, 11, h, w})) << h << "x" << w;
+    EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+  }
+  EXPECT_THROW(net->forward(torch::zeros({1, 3, 31, 64})), std::invalid_argument);
+  EXPECT_THROW(net->forward(torch::zeros({1, 4, 64, 64})), std::invalid_argument);
+}
+
+TEST(Network, ForwardMatchesDebugForwardAndIsDeterministic) {
+  auto net = eval_net();
+  torch::NoGradGuard ng;
+  auto x = image(97, 131, 2);
+  auto a = net->forward(x);
+  auto b = net->forward(x);
+  EXPECT_TRUE(torch::equal(a, b));
+  expect_close(net->forward_debug(x).logits, a, 1e-6);
+}
+
+TEST(Network, GradientsReachEveryParameter) {
+  torch::manual_seed(0);
+  Network net;
+  net->train();
+  auto x = image(64, 96, 2);
+  auto target = torch::randint(0, 11, {2, 64, 96});
+  auto loss = torch::nn::functional::cross_entropy(net->forward(x), target);
+  loss.backward();
+  for (const auto& p : net->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  }
+}
+
+TEST(Network, ProfileAttributesAllParametersAndCountsMacs) {
+  Network net;
+  auto rows = profile(net, 360, 480);
+  int64_t params = 0;
+  uint64_t macs = 0;
+  for (const auto& r : rows) {
+    params += r.params;
+    macs += r.macs;
+  }
+  EXPECT_EQ(params, count_parameters(*net));
+  // Init module MACs by hand: 180·240·(3·9·32 + 32·9·32 + 32·9·32)
+  EXPECT_EQ(rows[0].name, "init");
+  EXPECT_EQ(rows[0].macs, 180ull * 240 * (3 * 9 * 32 + 2 * 32 * 9 * 32));
+  EXPECT_GT(macs, 2'500'000'000ull);
+  EXPECT_LT(macs, 3'200'000'000ull);
+  EXPECT_GT(params, 450'000);
+  EXPECT_LT(params, 650'000);
+}
+
+namespace {
+void train_one_step(const NetworkConfig& cfg) {
+  torch::manual_seed(0);
+  Network net(cfg);
+  net->train();
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  auto x = image(64, 64, 2);
+  auto t = torch::randint(0, cfg.num_classes, {2, 64, 64});
+  auto before = net->parameters()[0].clone();
+  auto loss = torch::nn::functional::cross_entropy(net->forward(x), t);
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  EXPECT_FALSE(torch::equal(before, net->parameters()[0]));
+  auto loss2 = torch::nn::functional::cross_entropy(net->forward(x), t);
+  EXPECT_TRUE(std::isfinite(loss2.item<double>()));
+}
+}  // namespace
+
+TEST(Network, DABAndResNetLayersReplaceFEB) {  // claim 4
+  NetworkConfig a;
+  a.stage1.type = FELayerType::DAB;
+  a.stage2.type = FELayerType::ResNet;
+  train_one_step(a);
+  Network na(a);
+  EXPECT_TRUE(na->semantic1->layers[0]->as<model::DABImpl>() != nullptr);
+  EXPECT_TRUE(na->semantic2->layers[0]->as<model::ResidualBlockImpl>() != nullptr);
+  NetworkConfig b;
+  b.stage1.type = FELayerType::ResNet;
+  b.stage2.type = FELayerType::DAB;
+  b.num_classes = 5;
+  train_one_step(b);
+}

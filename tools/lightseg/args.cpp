@@ -1,0 +1,65 @@
+#include "args.h"
+
+#include <stdexcept>
+
+namespace lightseg::cli {
+
+void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
+  for (Opt o : which) {
+    switch (o) {
+      case Opt::Threads:
+        sub->add_option("--threads", a.threads, "Intra-op threads (default: OMP_NUM_THREADS or all cores)")
+            ->check(CLI::NonNegativeNumber);
+        break;
+      case Opt::Device:
+        sub->add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+        break;
+      case Opt::Weights:
+        sub->add_option("--weights", a.weights, "Weights file (.lsw); default: the shipped models/camvid.lsw");
+        break;
+      case Opt::Config:
+        sub->add_option("--config", a.config, "Configuration JSON (default: built-in NETWORK.md defaults)")
+            ->check(CLI::ExistingFile);
+        break;
+      case Opt::Size:
+        sub->add_option("--size", a.size, "Input size HxW")->capture_default_str();
+        break;
+      case Opt::Json:
+        sub->add_flag("--json", a.json, "Print one JSON object (last line of stdout)");
+        break;
+      case Opt::Data:
+        sub->add_option("--data", a.data, "Dataset root folder")->required()->check(CLI::ExistingDirectory);
+        break;
+      case Opt::Dataset:
+        sub->add_option("--dataset", a.dataset, "camvid, cityscapes or list")
+            ->check(CLI::IsMember({"camvid", "cityscapes", "list"}))
+            ->capture_default_str();
+        break;
+      case Opt::Split:
+        sub->add_option("--split", a.split, "Split name (train, val, test, ...)")->capture_default_str();
+        break;
+      case Opt::Out:
+        sub->add_option("--out", a.out, "Output folder");
+        break;
+    }
+  }
+}
+
+std::pair<int64_t, int64_t> parse_size(const std::string& s) {
+  auto x = s.find_first_of("xX");
+  if (x == std::string::npos) throw std::invalid_argument("size must be HxW (e.g. 360x480), got '" + s + "'");
+  int64_t h = 0, w = 0;
+  try {
+    size_t p1 = 0, p2 = 0;
+    h = std::stoll(s.substr(0, x), &p1);
+    w = std::stoll(s.substr(x + 1), &p2);
+    if (p1 != x || p2 != s.size() - x - 1) throw std::invalid_argument("");
+  } catch (...) {
+    throw std::invalid_argument("size must be HxW (e.g. 360x480), got '" + s + "'");
+  }
+  if (h < 32 || w < 32) throw std::invalid_argument("size must be at least 32x32, got '" + s + "'");
+  if (h > 16384 || w > 16384) throw std::invalid_argument("size is too large: '" + s + "'");
+  return {h, w};
+}
+
+}  // namespace lightseg::cli

@@ -1,0 +1,59 @@
+// lightseg info: per-module table (output shape, parameters, MACs) and totals.
+#include <cstdio>
+#include <iostream>
+
+#include "args.h"
+#include "lightseg/network.h"
+#include "lightseg/runtime.h"
+#include "lightseg/weights.h"
+
+namespace lightseg::cli {
+
+static std::string shape(const std::vector<int64_t>& s) {
+  std::string r;
+  for (size_t i = 1; i < s.size(); ++i) r += (i > 1 ? "x" : "") + std::to_string(s[i]);
+  return r;
+}
+
+void add_info(CLI::App& app, Args& a) {
+  auto* sub = app.add_subcommand("info", "Show the network: per-module output shape, parameters and MACs");
+  add_options(sub, a, {Opt::Config, Opt::Weights, Opt::Size, Opt::Json, Opt::Threads});
+  sub->callback([&a]() {
+    init_runtime(a.threads);
+    auto [h, w] = parse_size(a.size);
+    NetworkConfig cfg;
+    if (!a.config.empty() && !a.weights.empty())
+      throw std::invalid_argument("give --config or --weights, not both");
+    if (!a.config.empty()) cfg = NetworkConfig::from_file(a.config);
+    if (!a.weights.empty()) cfg = read_weights(a.weights).config;
+    Network net(cfg);
+    auto rows = profile(net, h, w);
+    int64_t params = count_parameters(*net);
+    uint64_t macs = 0;
+    for (const auto& r : rows) macs += r.macs;
+    if (a.json) {
+      nlohmann::json j;
+      j["params"] = params;
+      j["macs"] = macs;
+      j["input"] = {h, w};
+      j["config"] = cfg.to_json();
+      j["modules"] = nlohmann::json::array();
+      for (const auto& r : rows)
+        j["modules"].push_back({{"name", r.name}, {"claim", r.claim}, {"out", r.out},
+                                {"params", r.params}, {"macs", r.macs}});
+      std::cout << j.dump() << std::endl;
+      return;
+    }
+    std::printf("lightseg network, input 3x%ldx%ld\n", static_cast<long>(h), static_cast<long>(w));
+    std::printf("%-20s %-10s %-14s %10s %14s\n", "module", "claim", "output", "params", "MACs");
+    for (const auto& r : rows)
+      std::printf("%-20s %-10s %-14s %10ld %14llu\n", r.name.c_str(), r.claim.c_str(), shape(r.out).c_str(),
+                  static_cast<long>(r.params), static_cast<unsigned long long>(r.macs));
+    std::printf("%-20s %-10s %-14s %10ld %14llu\n", "total", "", "", static_cast<long>(params),
+                static_cast<unsigned long long>(macs));
+    std::printf("parameters: %.3f M   MACs: %.3f G (convolutions, k_h*k_w*C_in/groups per output element)\n",
+                params / 1e6, macs / 1e9);
+  });
+}
+
+}  // namespace lightseg::cli
