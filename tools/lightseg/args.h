@@ -31,5 +31,9 @@ std::pair<int64_t, int64_t> parse_size(const std::string& s);
 
 // Subcommands (one file each).
 void add_info(CLI::App& app, Args& a);
+void add_train(CLI::App& app, Args& a);
+void add_eval(CLI::App& app, Args& a);
+// --weights or the shipped default; throws a clear error when neither exists.
+std::string resolve_weights(const std::string& given);
 
 }  // namespace lightseg::cli

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "lightseg 0.1.0");
   lightseg::cli::Args args;
   lightseg::cli::add_info(app, args);
+  lightseg::cli::add_train(app, args);
+  lightseg::cli::add_eval(app, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,39 @@
+// Evaluation over a whole split: one confusion matrix, per-class IoU, mIoU, pixel accuracy.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "lightseg/dataset.h"
+#include "lightseg/metrics.h"
+#include "lightseg/network.h"
+
+namespace lightseg {
+
+struct EvalOptions {
+  torch::Device device = torch::kCPU;
+  std::string save_dir;  // if set: each prediction as an 8-bit label-id PNG named after its image
+  // called after each image: (done, total)
+  std::function<void(size_t, size_t)> progress;
+  // evaluate only images i with i % world == rank (distributed evaluation)
+  int rank = 0, world = 1;
+};
+
+struct EvalResult {
+  ConfusionMatrix confusion{1};
+  std::vector<std::string> class_names;
+  size_t images = 0;
+  double seconds = 0;
+  double miou() const { return confusion.miou(); }
+  double pixel_accuracy() const { return confusion.pixel_accuracy(); }
+  // {"miou": x, "pixel_acc": y, "per_class": {name: iou, ...}, "images": n}
+  nlohmann::json to_json() const;
+};
+
+// Full resolution, single scale, no flip. The network's class count must match the dataset's.
+EvalResult evaluate(Network& net, const ModelMeta& meta, const SegDataset& data, const EvalOptions& o = {});
+
+// Logits → label ids for one normalised batch (N×K×H×W → N×H×W int64).
+torch::Tensor predict_labels(Network& net, const torch::Tensor& normalised_images);
+
+}  // namespace lightseg

@@ -1,0 +1,109 @@
+// lightseg: training.
+//
+// Basic usage:
+//   lightseg::TrainOptions o;  o.data = "data/camvid"; o.out_dir = "runs/camvid";
+//   lightseg::TrainCallbacks cb;  cb.on_iteration = [](const TrainProgress& p) { ... };
+//   lightseg::train(o, cb);
+//
+// A run folder holds: last.lsw (every epoch, and on --time-limit mid-epoch), best.lsw (by val
+// mIoU), log.jsonl (one line per epoch), curve.svg (loss and val mIoU by epoch),
+// class_weights.json (cache). Checkpoints are weights files with the optimizer state and the
+// training state inside; they load anywhere a weights file does.
+//
+// Determinism: the shuffle of epoch e is a function of (seed, e) and the augmentation of
+// sample i in epoch e a function of (seed, e, i), so a resumed run replays exactly what an
+// uninterrupted run would have done, whatever the thread timing.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lightseg/config.h"
+#include "lightseg/network.h"
+
+namespace lightseg {
+
+struct TrainOptions {
+  // data
+  std::string data, dataset = "camvid", train_split = "train", val_split = "val";
+  std::string out_dir;
+  // schedule
+  int epochs = 500;
+  int batch = 8;
+  int64_t crop_h = 360, crop_w = 480;
+  std::string optimizer = "adam";  // adam | adamw | sgd
+  double lr = 1e-3, weight_decay = 2e-4, momentum = 0.9;
+  bool nesterov = false;
+  bool bn_weight_decay = false;    // weight decay on BN/PReLU parameters and biases
+  double warmup_epochs = 1.0, warmup_start = 0.1, poly_power = 0.9;
+  // augmentation
+  double scale_min = 0.75, scale_max = 2.0, jitter = 0.0;
+  bool flip = true;
+  // loss
+  std::string loss = "wce";        // wce (class-weighted CE) | ce | ohem
+  double ohem_thresh = 0.7, ohem_min_kept = 1.0 / 16;
+  std::vector<float> class_weights;  // empty: computed from the training labels (wce / ohem)
+  // run control
+  double time_limit_min = 0;       // 0 = none; stops cleanly after writing a checkpoint
+  bool resume = false;
+  std::string device = "cpu";
+  int val_every = 1;
+  uint64_t seed = 1;
+  int workers = 2, prefetch = 4;
+  bool channels_last = true;
+  bool amp = true;                 // bf16 autocast on CUDA
+  int64_t max_iters = 0;           // > 0: cap iterations per epoch (smoke tests)
+  std::string init_weights;        // start from these weights (fine-tuning)
+  NetworkConfig network;
+  // distributed (the next issue): this process's rank and the number of ranks
+  int rank = 0, world = 1;
+
+  nlohmann::json to_json() const;
+  // Applies the keys of j (a "train" object) onto *this; unknown keys are an error.
+  void apply_json(const nlohmann::json& j);
+  void validate() const;
+};
+
+struct TrainProgress {
+  int epoch = 0, epochs = 0;        // 1-based epoch
+  int64_t iter = 0, iters = 0;      // 1-based iteration within the epoch
+  double loss = 0, lr = 0, images_per_s = 0, eta_s = 0, data_wait_share = 0;
+};
+
+struct EpochRecord {
+  int epoch = 0;                    // 1-based
+  double loss = 0, lr = 0, seconds = 0, images_per_s = 0, data_wait_share = 0;
+  double miou = -1, pixel_acc = -1; // -1 when not evaluated this epoch
+  nlohmann::json to_json() const;
+  static EpochRecord from_json(const nlohmann::json& j);
+};
+
+struct TrainCallbacks {
+  std::function<void(const TrainProgress&)> on_iteration;
+  std::function<void(const EpochRecord&)> on_epoch;
+  std::function<void(const std::string&)> on_message;
+  // after backward, before the optimizer step (gradient all-reduce goes here)
+  std::function<void(Network&)> after_backward;
+  // return true to stop cleanly (checkpoint written), e.g. after SIGINT/SIGTERM
+  std::function<bool()> stop_requested;
+  // test hook: return true to stop at once without writing anything (simulates a kill)
+  std::function<bool(int epoch, int64_t iter)> kill_now;
+};
+
+struct TrainResult {
+  int epochs_done = 0;
+  bool finished = false, stopped_by_time = false, killed = false;
+  double best_miou = -1;
+  std::vector<EpochRecord> history;
+};
+
+TrainResult train(const TrainOptions& o, const TrainCallbacks& cb = {});
+
+// Writes the training curve (loss and val mIoU by epoch) as SVG.
+void write_curve_svg(const std::string& path, const std::vector<EpochRecord>& history, const std::string& title);
+
+// Poly LR with linear warm-up: step in [0, total).
+double poly_lr(double base, int64_t step, int64_t total, int64_t warmup, double warmup_start, double power);
+
+}  // namespace lightseg

@@ -1,0 +1,34 @@
+// Joint image+label transforms as tensor ops (they run on the GPU too).
+// Images: 3×H×W float 0..255; labels: H×W uint8 train ids (255 = ignore).
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+#include <torch/torch.h>
+
+#include "lightseg/config.h"
+
+namespace lightseg {
+
+struct AugmentOptions {
+  int64_t crop_h = 360, crop_w = 480;  // output size (padded with the ignore id when smaller)
+  double scale_min = 0.75, scale_max = 2.0;
+  bool flip = true;
+  double jitter = 0.0;  // colour jitter strength: brightness/contrast/saturation ±jitter
+};
+
+// Random scale → random crop (pad image with the mean, label with 255) → flip → jitter.
+// Returns {image 3×crop_h×crop_w float 0..255, label crop_h×crop_w uint8}.
+std::pair<torch::Tensor, torch::Tensor> augment(const torch::Tensor& image, const torch::Tensor& label,
+                                                const AugmentOptions& o, const std::array<float, 3>& fill,
+                                                std::mt19937_64& rng);
+
+// (x − mean) / std per channel; x is 3×H×W or N×3×H×W, 0..255.
+torch::Tensor normalize(const torch::Tensor& x, const ModelMeta& meta);
+
+// Bilinear resize of a 3×H×W / N×3×H×W float image; nearest for labels (H×W).
+torch::Tensor resize_image(const torch::Tensor& x, int64_t h, int64_t w);
+torch::Tensor resize_label(const torch::Tensor& y, int64_t h, int64_t w);
+
+}  // namespace lightseg

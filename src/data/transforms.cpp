@@ -1,0 +1,83 @@
+#include "lightseg/transforms.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lightseg {
+
+namespace F = torch::nn::functional;
+
+torch::Tensor resize_image(const torch::Tensor& x, int64_t h, int64_t w) {
+  const bool single = x.dim() == 3;
+  torch::Tensor b = single ? x.unsqueeze(0) : x;
+  if (b.size(2) == h && b.size(3) == w) return x;
+  b = F::interpolate(b, F::InterpolateFuncOptions().size(std::vector<int64_t>{h, w}).mode(torch::kBilinear).align_corners(false));
+  return single ? b.squeeze(0) : b;
+}
+
+torch::Tensor resize_label(const torch::Tensor& y, int64_t h, int64_t w) {
+  if (y.size(0) == h && y.size(1) == w) return y;
+  // nearest via index maps (exact, no float rounding differences between backends)
+  auto rows = (torch::arange(h, torch::kDouble) + 0.5).mul(double(y.size(0)) / h).floor().clamp_max(y.size(0) - 1).to(torch::kLong);
+  auto cols = (torch::arange(w, torch::kDouble) + 0.5).mul(double(y.size(1)) / w).floor().clamp_max(y.size(1) - 1).to(torch::kLong);
+  return y.index_select(0, rows.to(y.device())).index_select(1, cols.to(y.device()));
+}
+
+torch::Tensor normalize(const torch::Tensor& x, const ModelMeta& meta) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(x.device());
+  auto mean = torch::tensor({meta.mean[0], meta.mean[1], meta.mean[2]}, opts).view({3, 1, 1});
+  auto std = torch::tensor({meta.std[0], meta.std[1], meta.std[2]}, opts).view({3, 1, 1});
+  return (x - mean) / std;
+}
+
+std::pair<torch::Tensor, torch::Tensor> augment(const torch::Tensor& image, const torch::Tensor& label,
+                                                const AugmentOptions& o, const std::array<float, 3>& fill,
+                                                std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  torch::Tensor img = image, lab = label;
+  // 1. random scale
+  const double s = o.scale_min + (o.scale_max - o.scale_min) * U(rng);
+  if (std::abs(s - 1.0) > 1e-9) {
+    const int64_t h = std::max<int64_t>(1, std::llround(img.size(1) * s));
+    const int64_t w = std::max<int64_t>(1, std::llround(img.size(2) * s));
+    img = resize_image(img, h, w);
+    lab = resize_label(lab, h, w);
+  }
+  // 2. pad to at least the crop (image with the mean colour → 0 after normalisation; label with ignore)
+  const int64_t H = img.size(1), W = img.size(2);
+  const int64_t ph = std::max<int64_t>(0, o.crop_h - H), pw = std::max<int64_t>(0, o.crop_w - W);
+  if (ph > 0 || pw > 0) {
+    auto f = torch::tensor({fill[0], fill[1], fill[2]}, img.options()).view({3, 1, 1});
+    torch::Tensor pi = f.expand({3, H + ph, W + pw}).clone();
+    pi.narrow(1, 0, H).narrow(2, 0, W).copy_(img);
+    torch::Tensor pl = torch::full({H + ph, W + pw}, 255, lab.options());
+    pl.narrow(0, 0, H).narrow(1, 0, W).copy_(lab);
+    img = pi;
+    lab = pl;
+  }
+  // 3. random crop
+  const int64_t y0 = static_cast<int64_t>(U(rng) * (img.size(1) - o.crop_h + 1));
+  const int64_t x0 = static_cast<int64_t>(U(rng) * (img.size(2) - o.crop_w + 1));
+  img = img.narrow(1, std::min(y0, img.size(1) - o.crop_h), o.crop_h)
+            .narrow(2, std::min(x0, img.size(2) - o.crop_w), o.crop_w);
+  lab = lab.narrow(0, std::min(y0, lab.size(0) - o.crop_h), o.crop_h)
+            .narrow(1, std::min(x0, lab.size(1) - o.crop_w), o.crop_w);
+  // 4. horizontal flip
+  if (o.flip && U(rng) < 0.5) {
+    img = img.flip({2});
+    lab = lab.flip({1});
+  }
+  // 5. colour jitter
+  if (o.jitter > 0) {
+    const double b = 1.0 + o.jitter * (2 * U(rng) - 1), c = 1.0 + o.jitter * (2 * U(rng) - 1),
+                 sat = 1.0 + o.jitter * (2 * U(rng) - 1);
+    img = img * b;
+    auto gray = (img[0] * 0.299 + img[1] * 0.587 + img[2] * 0.114).unsqueeze(0);
+    img = gray + (img - gray) * sat;
+    img = (img - gray.mean()) * c + gray.mean();
+    img = img.clamp(0, 255);
+  }
+  return {img.contiguous(), lab.contiguous()};
+}
+
+}  // namespace lightseg

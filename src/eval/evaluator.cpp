@@ -1,0 +1,57 @@
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "lightseg/eval.h"
+#include "lightseg/image_io.h"
+#include "lightseg/transforms.h"
+
+namespace lightseg {
+
+namespace fs = std::filesystem;
+
+nlohmann::json EvalResult::to_json() const {
+  nlohmann::json per = nlohmann::json::object();
+  auto iou = confusion.iou();
+  for (size_t c = 0; c < iou.size(); ++c) {
+    const std::string name = c < class_names.size() ? class_names[c] : "class" + std::to_string(c);
+    per[name] = std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
+  }
+  return {{"miou", miou()}, {"pixel_acc", pixel_accuracy()}, {"per_class", per}, {"images", images}};
+}
+
+torch::Tensor predict_labels(Network& net, const torch::Tensor& x) {
+  torch::NoGradGuard ng;
+  return net->forward(x.contiguous(torch::MemoryFormat::ChannelsLast)).argmax(1);
+}
+
+EvalResult evaluate(Network& net, const ModelMeta& meta, const SegDataset& data, const EvalOptions& o) {
+  if (net->config().num_classes != data.num_classes())
+    throw std::invalid_argument("the weights have " + std::to_string(net->config().num_classes) +
+                                " classes but the dataset has " + std::to_string(data.num_classes()));
+  const bool was_training = net->is_training();
+  net->eval();
+  torch::NoGradGuard ng;
+  EvalResult r;
+  r.confusion = ConfusionMatrix(data.num_classes(), kIgnore);
+  r.class_names = data.meta().class_names;
+  if (!o.save_dir.empty()) fs::create_directories(o.save_dir);
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = static_cast<size_t>(o.rank); i < data.size(); i += static_cast<size_t>(o.world)) {
+    auto [img, lab] = data.load(i);
+    auto x = normalize(to_rgb_chw_float(img), meta).unsqueeze(0).to(o.device);
+    auto pred = predict_labels(net, x)[0].to(torch::kCPU);
+    r.confusion.update(pred, lab);
+    if (!o.save_dir.empty()) {
+      auto name = fs::path(data.sample(i).image).stem().string() + ".png";
+      write_png((fs::path(o.save_dir) / name).string(), pred.to(torch::kUInt8));
+    }
+    ++r.images;
+    if (o.progress) o.progress(i + 1, data.size());
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (was_training) net->train();
+  return r;
+}
+
+}  // namespace lightseg

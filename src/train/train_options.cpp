@@ -1,0 +1,121 @@
+#include <stdexcept>
+
+#include "lightseg/train.h"
+
+namespace lightseg {
+
+using nlohmann::json;
+
+json TrainOptions::to_json() const {
+  return json{{"data", data}, {"dataset", dataset}, {"train_split", train_split}, {"val_split", val_split},
+              {"out_dir", out_dir}, {"epochs", epochs}, {"batch", batch}, {"crop", {crop_h, crop_w}},
+              {"optimizer", optimizer}, {"lr", lr}, {"weight_decay", weight_decay}, {"momentum", momentum},
+              {"nesterov", nesterov}, {"bn_weight_decay", bn_weight_decay}, {"warmup_epochs", warmup_epochs},
+              {"warmup_start", warmup_start}, {"poly_power", poly_power}, {"scale_min", scale_min},
+              {"scale_max", scale_max}, {"jitter", jitter}, {"flip", flip}, {"loss", loss},
+              {"ohem_thresh", ohem_thresh}, {"ohem_min_kept", ohem_min_kept}, {"class_weights", class_weights},
+              {"time_limit_min", time_limit_min}, {"device", device}, {"val_every", val_every}, {"seed", seed},
+              {"workers", workers}, {"prefetch", prefetch}, {"channels_last", channels_last}, {"amp", amp},
+              {"max_iters", max_iters}, {"init_weights", init_weights}, {"network", network.to_json()}};
+}
+
+void TrainOptions::apply_json(const json& j) {
+  if (!j.is_object()) throw std::invalid_argument("train options must be a JSON object");
+  try {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& k = it.key();
+      const json& v = it.value();
+      if (k == "data") data = v.get<std::string>();
+      else if (k == "dataset") dataset = v.get<std::string>();
+      else if (k == "train_split") train_split = v.get<std::string>();
+      else if (k == "val_split") val_split = v.get<std::string>();
+      else if (k == "out_dir") out_dir = v.get<std::string>();
+      else if (k == "epochs") epochs = v.get<int>();
+      else if (k == "batch") batch = v.get<int>();
+      else if (k == "crop") { auto c = v.get<std::vector<int64_t>>(); if (c.size() != 2) throw std::invalid_argument("train.crop must be [h, w]"); crop_h = c[0]; crop_w = c[1]; }
+      else if (k == "optimizer") optimizer = v.get<std::string>();
+      else if (k == "lr") lr = v.get<double>();
+      else if (k == "weight_decay") weight_decay = v.get<double>();
+      else if (k == "momentum") momentum = v.get<double>();
+      else if (k == "nesterov") nesterov = v.get<bool>();
+      else if (k == "bn_weight_decay") bn_weight_decay = v.get<bool>();
+      else if (k == "warmup_epochs") warmup_epochs = v.get<double>();
+      else if (k == "warmup_start") warmup_start = v.get<double>();
+      else if (k == "poly_power") poly_power = v.get<double>();
+      else if (k == "scale_min") scale_min = v.get<double>();
+      else if (k == "scale_max") scale_max = v.get<double>();
+      else if (k == "jitter") jitter = v.get<double>();
+      else if (k == "flip") flip = v.get<bool>();
+      else if (k == "loss") loss = v.get<std::string>();
+      else if (k == "ohem_thresh") ohem_thresh = v.get<double>();
+      else if (k == "ohem_min_kept") ohem_min_kept = v.get<double>();
+      else if (k == "class_weights") class_weights = v.get<std::vector<float>>();
+      else if (k == "time_limit_min") time_limit_min = v.get<double>();
+      else if (k == "device") device = v.get<std::string>();
+      else if (k == "val_every") val_every = v.get<int>();
+      else if (k == "seed") seed = v.get<uint64_t>();
+      else if (k == "workers") workers = v.get<int>();
+      else if (k == "prefetch") prefetch = v.get<int>();
+      else if (k == "channels_last") channels_last = v.get<bool>();
+      else if (k == "amp") amp = v.get<bool>();
+      else if (k == "max_iters") max_iters = v.get<int64_t>();
+      else if (k == "init_weights") init_weights = v.get<std::string>();
+      else if (k == "network") network = NetworkConfig::from_json(v);
+      else throw std::invalid_argument("unknown key '" + k + "' in train options");
+    }
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("train options: ") + e.what());
+  }
+}
+
+void TrainOptions::validate() const {
+  auto need = [](bool ok, const std::string& m) {
+    if (!ok) throw std::invalid_argument(m);
+  };
+  need(!data.empty(), "train: --data is required");
+  need(!out_dir.empty(), "train: --out is required");
+  need(epochs > 0, "train: epochs must be > 0, got " + std::to_string(epochs));
+  need(batch > 0, "train: batch must be > 0, got " + std::to_string(batch));
+  need(crop_h >= 32 && crop_w >= 32, "train: crop must be at least 32x32, got " + std::to_string(crop_h) + "x" + std::to_string(crop_w));
+  need(optimizer == "adam" || optimizer == "adamw" || optimizer == "sgd", "train: optimizer must be adam, adamw or sgd, got '" + optimizer + "'");
+  need(loss == "wce" || loss == "ce" || loss == "ohem", "train: loss must be wce, ce or ohem, got '" + loss + "'");
+  need(lr > 0, "train: lr must be > 0");
+  need(weight_decay >= 0, "train: weight_decay must be >= 0");
+  need(scale_min > 0 && scale_max >= scale_min, "train: need 0 < scale_min <= scale_max");
+  need(val_every >= 0, "train: val_every must be >= 0");
+  need(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0, "train: device must be cpu or cuda, got '" + device + "'");
+  need(world >= 1 && rank >= 0 && rank < world, "train: rank must be in 0..world-1");
+  network.validate();
+}
+
+json EpochRecord::to_json() const {
+  json j{{"epoch", epoch}, {"loss", loss}, {"lr", lr}, {"seconds", seconds}, {"images_per_s", images_per_s},
+         {"data_wait_share", data_wait_share}};
+  j["val_miou"] = miou >= 0 ? json(miou) : json(nullptr);
+  j["val_pixel_acc"] = pixel_acc >= 0 ? json(pixel_acc) : json(nullptr);
+  return j;
+}
+
+EpochRecord EpochRecord::from_json(const json& j) {
+  EpochRecord r;
+  r.epoch = j.at("epoch").get<int>();
+  r.loss = j.at("loss").get<double>();
+  r.lr = j.at("lr").get<double>();
+  r.seconds = j.value("seconds", 0.0);
+  r.images_per_s = j.value("images_per_s", 0.0);
+  r.data_wait_share = j.value("data_wait_share", 0.0);
+  r.miou = j.at("val_miou").is_null() ? -1 : j.at("val_miou").get<double>();
+  r.pixel_acc = j.at("val_pixel_acc").is_null() ? -1 : j.at("val_pixel_acc").get<double>();
+  return r;
+}
+
+double poly_lr(double base, int64_t step, int64_t total, int64_t warmup, double warmup_start, double power) {
+  if (warmup > 0 && step < warmup) {
+    const double a = static_cast<double>(step) / static_cast<double>(warmup);
+    return base * (warmup_start + (1.0 - warmup_start) * a);
+  }
+  const double frac = total > 0 ? std::min(1.0, static_cast<double>(step) / static_cast<double>(total)) : 0.0;
+  return base * std::pow(1.0 - frac, power);
+}
+
+}  // namespace lightseg

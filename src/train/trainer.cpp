@@ -1,0 +1,398 @@
+// The training loop (see include/lightseg/train.h for the contract).
+#include <ATen/autocast_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "lightseg/dataset.h"
+#include "lightseg/eval.h"
+#include "lightseg/image_io.h"
+#include "lightseg/loader.h"
+#include "lightseg/losses.h"
+#include "lightseg/train.h"
+#include "lightseg/transforms.h"
+#include "lightseg/weights.h"
+
+namespace lightseg {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
+  std::seed_seq s{static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32), static_cast<uint32_t>(b),
+                  static_cast<uint32_t>(b >> 32), static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32)};
+  uint64_t out[1];
+  s.generate(reinterpret_cast<uint32_t*>(out), reinterpret_cast<uint32_t*>(out) + 2);
+  return out[0];
+}
+
+// The same permutation on every rank; each rank then takes its own shard.
+std::vector<std::vector<size_t>> epoch_batches(size_t n, int batch, uint64_t seed, int epoch, int rank, int world,
+                                               int64_t max_iters) {
+  std::vector<size_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(mix(seed, static_cast<uint64_t>(epoch), 0x5EEDull));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<size_t> shard;
+  for (size_t i = static_cast<size_t>(rank); i < n; i += static_cast<size_t>(world)) shard.push_back(perm[i]);
+  std::vector<std::vector<size_t>> out;
+  for (size_t i = 0; i + static_cast<size_t>(batch) <= shard.size(); i += static_cast<size_t>(batch))
+    out.emplace_back(shard.begin() + i, shard.begin() + i + batch);  // drop_last: BN wants full batches
+  if (max_iters > 0 && static_cast<int64_t>(out.size()) > max_iters) out.resize(static_cast<size_t>(max_iters));
+  return out;
+}
+
+std::string save_optimizer(torch::optim::Optimizer& opt) {
+  torch::serialize::OutputArchive ar;
+  opt.save(ar);
+  std::string buf;
+  ar.save_to([&buf](const void* d, size_t n) {
+    buf.append(static_cast<const char*>(d), n);
+    return n;
+  });
+  return buf;
+}
+
+void load_optimizer(torch::optim::Optimizer& opt, const std::string& buf, torch::Device dev) {
+  torch::serialize::InputArchive ar;
+  ar.load_from(buf.data(), buf.size(), dev);
+  opt.load(ar);
+}
+
+std::vector<float> class_weights_cached(const SegDataset& ds, const TrainOptions& o, const std::function<void(const std::string&)>& say) {
+  fs::path cache = fs::path(o.out_dir) / "class_weights.json";
+  const std::string key = ds.kind() + ":" + fs::weakly_canonical(o.data).string() + ":" + o.train_split + ":" +
+                          std::to_string(ds.size());
+  if (fs::exists(cache)) {
+    try {
+      auto j = read_json_file(cache.string());
+      if (j.value("key", "") == key) return j.at("weights").get<std::vector<float>>();
+    } catch (...) {
+    }
+  }
+  if (say) say("computing class weights from " + std::to_string(ds.size()) + " training labels");
+  auto counts = ds.class_histogram();
+  auto w = enet_class_weights(counts);
+  write_file_atomic(cache.string(), json{{"key", key}, {"counts", counts}, {"weights", w}}.dump(1));
+  return w;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
+  TrainOptions o = o_in;
+  o.validate();
+  const bool lead = o.rank == 0;
+  auto say = [&](const std::string& m) {
+    if (lead && cb.on_message) cb.on_message(m);
+  };
+  torch::Device device(o.device == "cpu" ? std::string("cpu") : o.device);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw std::runtime_error("--device cuda: this LibTorch build has no CUDA or no GPU is visible");
+
+  SegDataset train_ds = SegDataset::open(o.dataset, o.data, o.train_split);
+  std::unique_ptr<SegDataset> val_ds;
+  if (o.val_every > 0) {
+    try {
+      val_ds = std::make_unique<SegDataset>(SegDataset::open(o.dataset, o.data, o.val_split));
+    } catch (const std::exception& e) {
+      say(std::string("no validation split (") + e.what() + "): training without val mIoU");
+    }
+  }
+  ModelMeta meta = train_ds.meta();
+  if (o.network.num_classes != train_ds.num_classes()) {
+    say("num_classes set to the dataset's " + std::to_string(train_ds.num_classes()));
+    o.network.num_classes = train_ds.num_classes();
+  }
+  fs::create_directories(o.out_dir);
+  const fs::path out(o.out_dir);
+  const std::string last_path = (out / "last.lsw").string(), best_path = (out / "best.lsw").string();
+
+  // ---------------------------------------------------------------- state (fresh or resumed)
+  int start_epoch = 0;
+  int64_t start_batch = 0, global_step = 0;
+  double best_miou = -1, part_loss = 0, part_seconds = 0, part_wait = 0;
+  int64_t part_count = 0, part_images = 0;
+  std::vector<EpochRecord> history;
+  std::string opt_blob;
+  WeightsFile resumed;
+  bool have_resume = false;
+  if (fs::exists(last_path)) {
+    if (!o.resume)
+      throw std::runtime_error("'" + last_path + "' exists: pass --resume to continue that run, or choose another --out");
+    resumed = read_weights(last_path);
+    if (!resumed.extra.contains("train"))
+      throw std::runtime_error("'" + last_path + "' is a weights file without training state");
+    have_resume = true;
+    const json& t = resumed.extra.at("train");
+    if (!(resumed.config == o.network)) say("resuming with the network configuration stored in the checkpoint");
+    o.network = resumed.config;
+    start_epoch = t.at("epoch").get<int>();
+    start_batch = t.at("batch").get<int64_t>();
+    global_step = t.at("global_step").get<int64_t>();
+    best_miou = t.at("best_miou").get<double>();
+    part_loss = t.value("part_loss", 0.0);
+    part_count = t.value("part_count", int64_t(0));
+    part_images = t.value("part_images", int64_t(0));
+    part_seconds = t.value("part_seconds", 0.0);
+    part_wait = t.value("part_wait", 0.0);
+    for (const auto& r : t.at("history")) history.push_back(EpochRecord::from_json(r));
+    if (resumed.blobs.count("optimizer")) opt_blob = resumed.blobs.at("optimizer");
+    say("resuming from " + last_path + " at epoch " + std::to_string(start_epoch + 1) + ", batch " +
+        std::to_string(start_batch));
+  } else if (o.resume) {
+    say("no checkpoint in " + o.out_dir + ": starting a new run");
+  }
+
+  torch::manual_seed(o.seed);
+  Network net(o.network);
+  if (have_resume) {
+    load_into(net, resumed);
+  } else if (!o.init_weights.empty()) {
+    load_into(net, read_weights(o.init_weights));
+    say("initialised from " + o.init_weights);
+  }
+  net->to(device);
+  if (o.channels_last) to_channels_last(*net);
+  net->train();
+
+  // Parameter groups: conv weights get weight decay; BN/PReLU parameters and biases only with bn_weight_decay.
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : net->named_parameters()) (p.value().dim() > 1 || o.bn_weight_decay ? decay : no_decay).push_back(p.value());
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    if (o.optimizer == "sgd") {
+      auto mk = [&](double wd) {
+        return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(wd));
+      };
+      groups.emplace_back(decay, mk(o.weight_decay));
+      groups.emplace_back(no_decay, mk(0));
+      opt = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov));
+    } else if (o.optimizer == "adamw") {
+      auto mk = [&](double wd) { return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o.lr).weight_decay(wd)); };
+      groups.emplace_back(decay, mk(o.weight_decay));
+      groups.emplace_back(no_decay, mk(0));
+      opt = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(o.lr));
+    } else {
+      auto mk = [&](double wd) { return std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(o.lr).weight_decay(wd)); };
+      groups.emplace_back(decay, mk(o.weight_decay));
+      groups.emplace_back(no_decay, mk(0));
+      opt = std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(o.lr));
+    }
+  }
+  if (!opt_blob.empty()) load_optimizer(*opt, opt_blob, device);
+
+  torch::Tensor weight;
+  if (o.loss != "ce") {
+    std::vector<float> w = o.class_weights.empty() ? class_weights_cached(train_ds, o, say) : o.class_weights;
+    if (static_cast<int>(w.size()) != train_ds.num_classes())
+      throw std::invalid_argument("class_weights has " + std::to_string(w.size()) + " entries but the dataset has " +
+                                  std::to_string(train_ds.num_classes()) + " classes");
+    weight = torch::tensor(w).to(device);
+  }
+
+  AugmentOptions aug;
+  aug.crop_h = o.crop_h;
+  aug.crop_w = o.crop_w;
+  aug.scale_min = o.scale_min;
+  aug.scale_max = o.scale_max;
+  aug.flip = o.flip;
+  aug.jitter = o.jitter;
+
+  const int64_t iters_per_epoch =
+      static_cast<int64_t>(epoch_batches(train_ds.size(), o.batch, o.seed, 0, o.rank, o.world, o.max_iters).size());
+  if (iters_per_epoch == 0)
+    throw std::runtime_error("the training split has " + std::to_string(train_ds.size()) +
+                             " images: fewer than one batch of " + std::to_string(o.batch) + " per rank");
+  const int64_t total_steps = iters_per_epoch * o.epochs;
+  const int64_t warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * iters_per_epoch));
+
+  auto save_checkpoint = [&](const std::string& path, int next_epoch, int64_t next_batch, bool with_optimizer) {
+    WeightsFile w = make_weights(net, meta);
+    w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step},
+                        {"best_miou", best_miou}, {"part_loss", part_loss}, {"part_count", part_count},
+                        {"part_images", part_images}, {"part_seconds", part_seconds}, {"part_wait", part_wait},
+                        {"options", o.to_json()}, {"history", json::array()}};
+    for (const auto& r : history) w.extra["train"]["history"].push_back(r.to_json());
+    if (with_optimizer) w.blobs["optimizer"] = save_optimizer(*opt);
+    write_weights(path, w);
+  };
+  auto write_log = [&]() {
+    std::string s;
+    for (const auto& r : history) s += r.to_json().dump() + "\n";
+    write_file_atomic((out / "log.jsonl").string(), s);
+    write_curve_svg((out / "curve.svg").string(), history, "lightseg on " + o.dataset + " (" + meta.dataset + ")");
+  };
+
+  const auto t_start = Clock::now();
+  TrainResult result;
+  result.best_miou = best_miou;
+  double step_time_avg = 0;  // running mean of seconds per iteration (for the ETA)
+  int64_t steps_timed = 0;
+
+  for (int epoch = start_epoch; epoch < o.epochs; ++epoch) {
+    auto batches = epoch_batches(train_ds.size(), o.batch, o.seed, epoch, o.rank, o.world, o.max_iters);
+    const int64_t iters = static_cast<int64_t>(batches.size());
+    const int64_t first = epoch == start_epoch ? start_batch : 0;
+    if (first == 0) {
+      part_loss = part_seconds = part_wait = 0;
+      part_count = part_images = 0;
+    }
+    std::vector<std::vector<size_t>> todo(batches.begin() + std::min<int64_t>(first, iters), batches.end());
+    const uint64_t seed = o.seed;
+    const int ep = epoch;
+    BatchLoader loader(
+        [&, seed, ep](const std::vector<size_t>& idx) {
+          std::vector<torch::Tensor> xs, ys;
+          for (size_t i : idx) {
+            std::mt19937_64 rng(mix(seed, static_cast<uint64_t>(ep) + 1, i));
+            auto [img, lab] = train_ds.load(i);
+            auto [x, y] = augment(to_rgb_chw_float(img), lab, aug, meta.mean, rng);
+            xs.push_back(normalize(x, meta));
+            ys.push_back(y.to(torch::kLong));
+          }
+          Batch b;
+          b.images = torch::stack(xs);
+          b.labels = torch::stack(ys);
+          return b;
+        },
+        todo, o.workers, o.prefetch);
+    const auto t_epoch = Clock::now();
+    const double wait_before = loader.wait_seconds();
+    Batch batch;
+    int64_t it = first;
+    while (true) {
+      if (cb.kill_now && cb.kill_now(epoch + 1, it + 1)) {
+        result.killed = true;
+        result.history = history;
+        return result;
+      }
+      const auto t_it = Clock::now();
+      if (!loader.next(batch)) break;
+      const double lr = poly_lr(o.lr, global_step, total_steps, warmup, o.warmup_start, o.poly_power);
+      for (auto& g : opt->param_groups()) g.options().set_lr(lr);
+      auto x = batch.images.to(device);
+      auto y = batch.labels.to(device);
+      if (o.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+      torch::Tensor logits;
+      {
+        const bool autocast = device.is_cuda() && o.amp;
+        if (autocast) {
+          at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+          at::autocast::set_enabled(true);
+        }
+        logits = net->forward(x);
+        if (autocast) {
+          at::autocast::set_enabled(false);
+          at::autocast::clear_cache();
+          logits = logits.to(torch::kFloat32);
+        }
+      }
+      torch::Tensor loss = o.loss == "ohem" ? ohem_cross_entropy(logits, y, o.ohem_thresh, o.ohem_min_kept, weight)
+                                            : weighted_cross_entropy(logits, y, weight);
+      opt->zero_grad();
+      loss.backward();
+      if (cb.after_backward) cb.after_backward(net);
+      opt->step();
+      ++global_step;
+      ++it;
+      const double lv = loss.item<double>();
+      if (!std::isfinite(lv))
+        throw std::runtime_error("training diverged: loss is " + std::to_string(lv) + " at epoch " +
+                                 std::to_string(epoch + 1) + ", iteration " + std::to_string(it) + " (lower --lr?)");
+      part_loss += lv;
+      ++part_count;
+      part_images += static_cast<int64_t>(batch.indices.size());
+      const double dt = seconds_since(t_it);
+      step_time_avg = (step_time_avg * steps_timed + dt) / (steps_timed + 1);
+      ++steps_timed;
+      if (lead && cb.on_iteration) {
+        TrainProgress p;
+        p.epoch = epoch + 1;
+        p.epochs = o.epochs;
+        p.iter = it;
+        p.iters = iters;
+        p.loss = lv;
+        p.lr = lr;
+        const double el = part_seconds + seconds_since(t_epoch);
+        p.images_per_s = el > 0 ? part_images * o.world / el : 0;
+        p.eta_s = step_time_avg * static_cast<double>((o.epochs - epoch - 1) * iters_per_epoch + (iters - it));
+        p.data_wait_share = el > 0 ? (part_wait + loader.wait_seconds() - wait_before) / el : 0;
+        cb.on_iteration(p);
+      }
+      const bool stop = cb.stop_requested && cb.stop_requested();
+      if ((stop || (o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60)) && it < iters) {
+        part_seconds += seconds_since(t_epoch);
+        part_wait += loader.wait_seconds() - wait_before;
+        if (lead) {
+          save_checkpoint(last_path, epoch, it, true);
+          say(std::string(stop ? "stop requested" : "time limit reached") + ": checkpoint written at epoch " + std::to_string(epoch + 1) + ", iteration " +
+              std::to_string(it) + " (" + last_path + ")");
+        }
+        result.stopped_by_time = true;
+        result.epochs_done = epoch;
+        result.history = history;
+        result.best_miou = best_miou;
+        return result;
+      }
+    }
+    // ---------------------------------------------------------------- end of epoch
+    EpochRecord rec;
+    rec.epoch = epoch + 1;
+    rec.loss = part_count ? part_loss / part_count : 0;
+    rec.lr = poly_lr(o.lr, std::max<int64_t>(0, global_step - 1), total_steps, warmup, o.warmup_start, o.poly_power);
+    rec.seconds = part_seconds + seconds_since(t_epoch);
+    rec.images_per_s = rec.seconds > 0 ? part_images * o.world / rec.seconds : 0;
+    rec.data_wait_share = rec.seconds > 0 ? (part_wait + loader.wait_seconds() - wait_before) / rec.seconds : 0;
+    const bool do_val = val_ds && o.val_every > 0 && ((epoch + 1) % o.val_every == 0 || epoch + 1 == o.epochs);
+    if (lead && do_val) {
+      EvalOptions eo;
+      eo.device = device;
+      auto r = evaluate(net, meta, *val_ds, eo);
+      rec.miou = r.miou();
+      rec.pixel_acc = r.pixel_accuracy();
+      net->train();
+    }
+    history.push_back(rec);
+    part_loss = part_seconds = part_wait = 0;
+    part_count = part_images = 0;
+    if (lead) {
+      if (rec.miou > best_miou) {
+        best_miou = rec.miou;
+        WeightsFile w = make_weights(net, meta);
+        w.extra["train"] = {{"epoch", epoch + 1}, {"val_miou", rec.miou}, {"options", o.to_json()}};
+        write_weights(best_path, w);
+      }
+      save_checkpoint(last_path, epoch + 1, 0, true);
+      write_log();
+      if (cb.on_epoch) cb.on_epoch(rec);
+    }
+    result.epochs_done = epoch + 1;
+    const bool stop = cb.stop_requested && cb.stop_requested();
+    if ((stop || (o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60)) && epoch + 1 < o.epochs) {
+      say(std::string(stop ? "stop requested" : "time limit reached") + " after epoch " + std::to_string(epoch + 1) + ": checkpoint written (" + last_path + ")");
+      result.stopped_by_time = true;
+      result.history = history;
+      result.best_miou = best_miou;
+      return result;
+    }
+  }
+  result.finished = true;
+  result.epochs_done = o.epochs;
+  result.history = history;
+  result.best_miou = best_miou;
+  return result;
+}
+
+}  // namespace lightseg
