@@ -1,6 +1,10 @@
 // Claims 1–7: the data flow of the network, checked on named intermediates.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "lightseg/model/dab.h"
 #include "lightseg/model/feb.h"
 #include "lightseg/model/residual_block.h"
@@ -39,13 +43,13 @@ TEST(Network, SpatialBranchShapesAndDataFlow) {  // C1.2, C2.1–C2.4
   auto net = eval_net();
   torch::NoGradGuard ng;
   auto o = net->forward_debug(image(360, 480));
-  EXPECT_EQ(o.F1.sizes(), (std::vector<int64_t>{1, 32, 180, 240}));
+  EXPECT_EQ(o.F1.sizes(), (std::vector<int64_t>{1, 32, 180, 240}));  // C1.1: F1 = C0 × H/2
   EXPECT_EQ(o.s1.sizes(), (std::vector<int64_t>{1, 1, 90, 120}));   // H/4, one channel
   EXPECT_EQ(o.s2.sizes(), (std::vector<int64_t>{1, 1, 45, 60}));    // H/8, one channel
   EXPECT_EQ(o.S1.size(1), 32);
   // C2.3 reads S1 (the multi-channel map), not s1
   expect_close(net->spatial->conv2->forward(o.S1), o.S2);
-  expect_close(model::conv(net->spatial->compress1, o.S1), o.s1);
+  expect_close(model::conv(net->spatial->compress1, o.S1), o.s1);  // C2.2 compresses S1 → s1
   expect_close(model::conv(net->spatial->compress2, o.S2), o.s2);
   // the spatial branch as a module gives the same maps
   auto s = net->spatial->forward(o.F1);
@@ -59,8 +63,8 @@ TEST(Network, AddersAddCompressedSpatialMaps) {  // C1.3–C1.6
   auto o = net->forward_debug(image(96, 128));
   EXPECT_EQ(o.M1.sizes(), (std::vector<int64_t>{1, 64, 24, 32}));
   EXPECT_EQ(o.M2.sizes(), (std::vector<int64_t>{1, 128, 12, 16}));
-  expect_close(o.A1, o.M1 + o.s1.expand_as(o.M1));
-  expect_close(o.A2, o.M2 + o.s2.expand_as(o.M2));
+  expect_close(o.A1, o.M1 + o.s1.expand_as(o.M1));  // C1.4 first adder
+  expect_close(o.A2, o.M2 + o.s2.expand_as(o.M2));  // C1.6 second adder
   // the adder really contributes: A1 differs from M1 by s1 in every channel
   expect_close(o.A1.select(1, 5) - o.M1.select(1, 5), o.s1.select(1, 0));
   EXPECT_GT(o.s1.abs().max().item<double>(), 0.0);
@@ -72,9 +76,11 @@ TEST(Network, SemanticBranchConcatenatesDownsampledAndEnhanced) {  // claim 3, C
   auto net = eval_net();
   torch::NoGradGuard ng;
   auto o = net->forward_debug(image(96, 128));
-  EXPECT_EQ(o.D1.sizes(), o.E1.sizes());
+  EXPECT_EQ(o.D1.sizes(), (std::vector<int64_t>{1, 64, 24, 32}));  // C3.1 downsampling: C1 × H/4
+  EXPECT_EQ(o.D1.sizes(), o.E1.sizes());  // C3.2 FE layers keep the shape
   auto cat = torch::cat({o.D1, o.E1}, 1);
-  expect_close(net->semantic1->fuse->forward(cat), o.M1);
+  expect_close(net->semantic1->fuse->forward(cat), o.M1);  // C3.3 concat(D, E) → C3.4 PW 2C→C
+  EXPECT_EQ(net->semantic1->fuse->conv->weight.sizes(), (std::vector<int64_t>{64, 128, 1, 1}));
   EXPECT_EQ(net->semantic1->layers->size(), 3u);
   EXPECT_EQ(net->semantic2->layers->size(), 6u);
   // C5.2: every FE layer of a branch keeps the size and channel count
@@ -124,10 +130,10 @@ TEST(Network, SpatialAttentionWeightsX1) {  // C7.1–C7.4
   EXPECT_GT(o.mask.min().item<double>(), 0.0);
   EXPECT_LT(o.mask.max().item<double>(), 1.0);
   auto att = net->decoder->attention;
-  auto mask = torch::sigmoid(model::conv(att->conv3d, att->pw7->forward(o.X1)));
+  auto mask = torch::sigmoid(model::conv(att->conv3d, att->pw7->forward(o.X1)));  // C7.1 → C7.2 → C7.3 sigmoid
   expect_close(mask, o.mask);
   expect_close(o.SA, o.X1 * mask);
-  EXPECT_EQ(att->conv3d->weight.sizes(), (std::vector<int64_t>{1, 64, 3, 3}));  // full conv, 1 out channel
+  EXPECT_EQ(att->conv3d->weight.sizes(), (std::vector<int64_t>{1, 64, 3, 3}));  // C7.2 full conv, 1 out channel
 }
 
 TEST(Network, AttentionCanBeSwitchedOff) {
@@ -148,7 +154,7 @@ TEST(Network, FEBDilatedBranchReadsP) {  // C4.1–C4.8
   torch::NoGradGuard ng;
   auto x = torch::randn({1, 64, 20, 24});
   auto o = feb->forward_debug(x);
-  EXPECT_EQ(o.P.size(1), 32);
+  EXPECT_EQ(o.P.size(1), 32);  // C4.2: C → Cm = C/2
   expect_close(feb->pw1->forward(feb->dw1->forward(x)), o.P);
   expect_close(feb->dw_dilated->forward(o.P), o.Q2);  // C4.4 reads P
   expect_close(feb->dw2->forward(o.P), o.Q1);         // C4.3 reads P
@@ -156,7 +162,7 @@ TEST(Network, FEBDilatedBranchReadsP) {  // C4.1–C4.8
   EXPECT_EQ(feb->dw_dilated->conv->options.groups(), 32);
   EXPECT_EQ(feb->dw1->conv->options.groups(), 64);
   EXPECT_EQ(feb->conv3d->conv->weight.sizes(), (std::vector<int64_t>{32, 32, 3, 3}));  // C4.6 full conv
-  expect_close(o.U, o.P + o.Q1 + o.Q2);
+  expect_close(o.U, o.P + o.Q1 + o.Q2);  // C4.5 first fusion layer
   EXPECT_FALSE(feb->pw2->bn_act->act);  // C4.7: BN only, PReLU after the residual add
   expect_close(o.out, feb->act->forward(x + o.W));
   expect_close(feb->forward(x), o.out);
@@ -250,4 +256,82 @@ TEST(Network, DABAndResNetLayersReplaceFEB) {  // claim 4
   b.stage2.type = FELayerType::DAB;
   b.num_classes = 5;
   train_one_step(b);
+}
+
+TEST(Network, SyncBatchNormWithOneRankEqualsBatchNorm) {  // SyncBN math (distributed training)
+  torch::manual_seed(4);
+  torch::nn::BatchNorm2d a(8), b(8);
+  {
+    torch::NoGradGuard ng;
+    a->weight.uniform_(0.5, 1.5);
+    a->bias.uniform_(-0.5, 0.5);
+    b->weight.copy_(a->weight);
+    b->bias.copy_(a->bias);
+  }
+  auto x1 = torch::randn({3, 8, 5, 7}).requires_grad_(true);
+  auto x2 = x1.detach().clone().requires_grad_(true);
+  auto g = torch::randn({3, 8, 5, 7});
+  model::AllReduceFn identity = [](torch::Tensor&) {};
+  auto y1 = model::sync_batch_norm(x1, a, identity);
+  auto y2 = b->forward(x2);
+  expect_close(y1, y2, 1e-5);
+  (y1 * g).sum().backward();
+  (y2 * g).sum().backward();
+  expect_close(x1.grad(), x2.grad(), 1e-5);
+  expect_close(a->weight.grad(), b->weight.grad(), 1e-4);
+  expect_close(a->bias.grad(), b->bias.grad(), 1e-4);
+  expect_close(a->running_mean, b->running_mean, 1e-6);
+  expect_close(a->running_var, b->running_var, 1e-5);
+}
+
+namespace {
+// An in-process all-reduce between two threads (a stand-in for two ranks).
+struct TwoThreadReduce {
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0, generation = 0;
+  torch::Tensor acc, result;
+  void operator()(torch::Tensor& t) {
+    std::unique_lock<std::mutex> l(m);
+    const int gen = generation;
+    acc = arrived == 0 ? t.clone() : acc + t;
+    if (++arrived == 2) {
+      result = acc;
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(l, [&] { return generation != gen; });
+    }
+    t.copy_(result);
+  }
+};
+}  // namespace
+
+TEST(Network, SyncBatchNormOverTwoRanksEqualsBatchNormOfTheCombinedBatch) {
+  torch::manual_seed(5);
+  auto x = torch::randn({4, 6, 5, 7});
+  auto g = torch::randn({4, 6, 5, 7});
+  torch::nn::BatchNorm2d full(6);
+  auto xf = x.clone().requires_grad_(true);
+  (full->forward(xf) * g).sum().backward();
+  TwoThreadReduce shared;
+  model::AllReduceFn reduce = [&](torch::Tensor& t) { shared(t); };
+  std::vector<torch::Tensor> dx(2), dw(2), db(2), rm(2);
+  auto work = [&](int r) {
+    torch::nn::BatchNorm2d bn(6);
+    auto xr = x.narrow(0, 2 * r, 2).clone().requires_grad_(true);
+    (model::sync_batch_norm(xr, bn, reduce) * g.narrow(0, 2 * r, 2)).sum().backward();
+    dx[r] = xr.grad();
+    dw[r] = bn->weight.grad();
+    db[r] = bn->bias.grad();
+    rm[r] = bn->running_var.clone();
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  t0.join();
+  t1.join();
+  expect_close(torch::cat({dx[0], dx[1]}), xf.grad(), 1e-5);
+  expect_close(dw[0] + dw[1], full->weight.grad(), 1e-4);
+  expect_close(db[0] + db[1], full->bias.grad(), 1e-4);
+  expect_close(rm[0], full->running_var, 1e-5);
 }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,12 @@ struct TrainOptions {
   int64_t max_iters = 0;           // > 0: cap iterations per epoch (smoke tests)
   std::string init_weights;        // start from these weights (fine-tuning)
   NetworkConfig network;
-  // distributed (the next issue): this process's rank and the number of ranks
+  // distributed: this process's rank and the number of ranks (the collective is passed to train())
   int rank = 0, world = 1;
+  bool sync_bn = false;            // SyncBN: BatchNorm statistics over all ranks
+  bool overlap_allreduce = true;   // start bucket all-reduces from autograd hooks during backward
+  double bucket_mb = 1.0;
+  bool verify_sync = false;        // after every step, check that all ranks hold identical weights (tests)
 
   nlohmann::json to_json() const;
   // Applies the keys of j (a "train" object) onto *this; unknown keys are an error.
@@ -69,11 +74,12 @@ struct TrainProgress {
   int epoch = 0, epochs = 0;        // 1-based epoch
   int64_t iter = 0, iters = 0;      // 1-based iteration within the epoch
   double loss = 0, lr = 0, images_per_s = 0, eta_s = 0, data_wait_share = 0;
+  double allreduce_share = 0;       // share of the epoch's time spent in gradient all-reduce
 };
 
 struct EpochRecord {
   int epoch = 0;                    // 1-based
-  double loss = 0, lr = 0, seconds = 0, images_per_s = 0, data_wait_share = 0;
+  double loss = 0, lr = 0, seconds = 0, images_per_s = 0, data_wait_share = 0, allreduce_share = 0;
   double miou = -1, pixel_acc = -1; // -1 when not evaluated this epoch
   nlohmann::json to_json() const;
   static EpochRecord from_json(const nlohmann::json& j);
@@ -98,7 +104,9 @@ struct TrainResult {
   std::vector<EpochRecord> history;
 };
 
-TrainResult train(const TrainOptions& o, const TrainCallbacks& cb = {});
+class Collective;
+// With o.world > 1, `collective` is the process group of all ranks (see distributed.h).
+TrainResult train(const TrainOptions& o, const TrainCallbacks& cb = {}, std::shared_ptr<Collective> collective = nullptr);
 
 // Writes the training curve (loss and val mIoU by epoch) as SVG.
 void write_curve_svg(const std::string& path, const std::vector<EpochRecord>& history, const std::string& title);

@@ -16,7 +16,8 @@ json TrainOptions::to_json() const {
               {"ohem_thresh", ohem_thresh}, {"ohem_min_kept", ohem_min_kept}, {"class_weights", class_weights},
               {"time_limit_min", time_limit_min}, {"device", device}, {"val_every", val_every}, {"seed", seed},
               {"workers", workers}, {"prefetch", prefetch}, {"channels_last", channels_last}, {"amp", amp},
-              {"max_iters", max_iters}, {"init_weights", init_weights}, {"network", network.to_json()}};
+              {"max_iters", max_iters}, {"sync_bn", sync_bn}, {"overlap_allreduce", overlap_allreduce},
+              {"bucket_mb", bucket_mb}, {"init_weights", init_weights}, {"network", network.to_json()}};
 }
 
 void TrainOptions::apply_json(const json& j) {
@@ -59,6 +60,10 @@ void TrainOptions::apply_json(const json& j) {
       else if (k == "channels_last") channels_last = v.get<bool>();
       else if (k == "amp") amp = v.get<bool>();
       else if (k == "max_iters") max_iters = v.get<int64_t>();
+      else if (k == "sync_bn") sync_bn = v.get<bool>();
+      else if (k == "overlap_allreduce") overlap_allreduce = v.get<bool>();
+      else if (k == "bucket_mb") bucket_mb = v.get<double>();
+      else if (k == "verify_sync") verify_sync = v.get<bool>();
       else if (k == "init_weights") init_weights = v.get<std::string>();
       else if (k == "network") network = NetworkConfig::from_json(v);
       else throw std::invalid_argument("unknown key '" + k + "' in train options");
@@ -90,7 +95,7 @@ void TrainOptions::validate() const {
 
 json EpochRecord::to_json() const {
   json j{{"epoch", epoch}, {"loss", loss}, {"lr", lr}, {"seconds", seconds}, {"images_per_s", images_per_s},
-         {"data_wait_share", data_wait_share}};
+         {"data_wait_share", data_wait_share}, {"allreduce_share", allreduce_share}};
   j["val_miou"] = miou >= 0 ? json(miou) : json(nullptr);
   j["val_pixel_acc"] = pixel_acc >= 0 ? json(pixel_acc) : json(nullptr);
   return j;
@@ -104,6 +109,7 @@ EpochRecord EpochRecord::from_json(const json& j) {
   r.seconds = j.value("seconds", 0.0);
   r.images_per_s = j.value("images_per_s", 0.0);
   r.data_wait_share = j.value("data_wait_share", 0.0);
+  r.allreduce_share = j.value("allreduce_share", 0.0);
   r.miou = j.at("val_miou").is_null() ? -1 : j.at("val_miou").get<double>();
   r.pixel_acc = j.at("val_pixel_acc").is_null() ? -1 : j.at("val_pixel_acc").get<double>();
   return r;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "lightseg/dataset.h"
+#include "lightseg/distributed.h"
 #include "lightseg/eval.h"
 #include "lightseg/image_io.h"
 #include "lightseg/loader.h"
@@ -89,9 +90,18 @@ std::vector<float> class_weights_cached(const SegDataset& ds, const TrainOptions
 
 }  // namespace
 
-TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
+TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::shared_ptr<Collective> col) {
   TrainOptions o = o_in;
   o.validate();
+  if (o.world > 1) {
+    if (!col) throw std::invalid_argument("train: world > 1 needs a process group (Collective)");
+    if (col->rank() != o.rank || col->world() != o.world)
+      throw std::invalid_argument("train: rank/world (" + std::to_string(o.rank) + "/" + std::to_string(o.world) +
+                                  ") differ from the process group's (" + std::to_string(col->rank()) + "/" +
+                                  std::to_string(col->world()) + ")");
+  } else {
+    col.reset();
+  }
   const bool lead = o.rank == 0;
   auto say = [&](const std::string& m) {
     if (lead && cb.on_message) cb.on_message(m);
@@ -147,6 +157,13 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
     part_seconds = t.value("part_seconds", 0.0);
     part_wait = t.value("part_wait", 0.0);
     for (const auto& r : t.at("history")) history.push_back(EpochRecord::from_json(r));
+    if (start_batch > 0 && t.value("world", 1) != o.world) {
+      say("checkpoint was written mid-epoch by " + std::to_string(t.value("world", 1)) + " ranks, now " +
+          std::to_string(o.world) + ": restarting epoch " + std::to_string(start_epoch + 1) + " from its start");
+      start_batch = 0;
+      part_loss = part_seconds = part_wait = 0;
+      part_count = part_images = 0;
+    }
     if (resumed.blobs.count("optimizer")) opt_blob = resumed.blobs.at("optimizer");
     say("resuming from " + last_path + " at epoch " + std::to_string(start_epoch + 1) + ", batch " +
         std::to_string(start_batch));
@@ -165,6 +182,22 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
   net->to(device);
   if (o.channels_last) to_channels_last(*net);
   net->train();
+  // Distributed: same weights everywhere (rank 0's), SyncBN, bucketed gradient all-reduce.
+  std::unique_ptr<GradientSync> grad_sync;
+  struct SyncBNGuard {
+    bool on = false;
+    ~SyncBNGuard() {
+      if (on) disable_sync_batchnorm();
+    }
+  } syncbn_guard;
+  if (col) {
+    broadcast_model(*col, net);
+    if (o.sync_bn) {
+      enable_sync_batchnorm(col);
+      syncbn_guard.on = true;
+    }
+    grad_sync = std::make_unique<GradientSync>(net, col, static_cast<size_t>(o.bucket_mb * (1 << 20)), o.overlap_allreduce);
+  }
 
   // Parameter groups: conv weights get weight decay; BN/PReLU parameters and biases only with bn_weight_decay.
   std::vector<torch::Tensor> decay, no_decay;
@@ -220,7 +253,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
 
   auto save_checkpoint = [&](const std::string& path, int next_epoch, int64_t next_batch, bool with_optimizer) {
     WeightsFile w = make_weights(net, meta);
-    w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step},
+    w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step}, {"world", o.world},
                         {"best_miou", best_miou}, {"part_loss", part_loss}, {"part_count", part_count},
                         {"part_images", part_images}, {"part_seconds", part_seconds}, {"part_wait", part_wait},
                         {"options", o.to_json()}, {"history", json::array()}};
@@ -270,6 +303,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
         todo, o.workers, o.prefetch);
     const auto t_epoch = Clock::now();
     const double wait_before = loader.wait_seconds();
+    const double allreduce_before = grad_sync ? grad_sync->seconds() : 0.0;
     Batch batch;
     int64_t it = first;
     while (true) {
@@ -302,12 +336,34 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
       torch::Tensor loss = o.loss == "ohem" ? ohem_cross_entropy(logits, y, o.ohem_thresh, o.ohem_min_kept, weight)
                                             : weighted_cross_entropy(logits, y, weight);
       opt->zero_grad();
+      if (grad_sync) grad_sync->begin();
       loss.backward();
+      if (grad_sync) grad_sync->finish();
       if (cb.after_backward) cb.after_backward(net);
       opt->step();
+      if (col && o.verify_sync) {  // every rank must now hold rank 0's weights bit for bit
+        torch::NoGradGuard ng;
+        std::vector<torch::Tensor> parts;
+        for (auto& p : net->parameters()) parts.push_back(p.reshape(-1));
+        auto mine = torch::cat(parts), ref = mine.clone();
+        col->broadcast(ref, 0);
+        const double d = (mine - ref).abs().max().item<double>();
+        if (d != 0)
+          throw std::runtime_error("verify_sync: rank " + std::to_string(o.rank) + " weights differ from rank 0's by " +
+                                   std::to_string(d) + " after step " + std::to_string(global_step + 1));
+      }
       ++global_step;
       ++it;
-      const double lv = loss.item<double>();
+      double lv = loss.item<double>();
+      bool stop = cb.stop_requested && cb.stop_requested();
+      bool over_time = o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60;
+      if (col) {  // the mean loss over ranks, and all ranks stop together
+        auto t = torch::tensor({lv, stop ? 1.0 : 0.0, over_time ? 1.0 : 0.0}, torch::kDouble);
+        col->allreduce_sum(t);
+        lv = t[0].item<double>() / o.world;
+        stop = t[1].item<double>() > 0;
+        over_time = t[2].item<double>() > 0;
+      }
       if (!std::isfinite(lv))
         throw std::runtime_error("training diverged: loss is " + std::to_string(lv) + " at epoch " +
                                  std::to_string(epoch + 1) + ", iteration " + std::to_string(it) + " (lower --lr?)");
@@ -329,10 +385,10 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
         p.images_per_s = el > 0 ? part_images * o.world / el : 0;
         p.eta_s = step_time_avg * static_cast<double>((o.epochs - epoch - 1) * iters_per_epoch + (iters - it));
         p.data_wait_share = el > 0 ? (part_wait + loader.wait_seconds() - wait_before) / el : 0;
+        p.allreduce_share = el > 0 && grad_sync ? (grad_sync->seconds() - allreduce_before) / el : 0;
         cb.on_iteration(p);
       }
-      const bool stop = cb.stop_requested && cb.stop_requested();
-      if ((stop || (o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60)) && it < iters) {
+      if ((stop || over_time) && it < iters) {
         part_seconds += seconds_since(t_epoch);
         part_wait += loader.wait_seconds() - wait_before;
         if (lead) {
@@ -355,6 +411,11 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
     rec.seconds = part_seconds + seconds_since(t_epoch);
     rec.images_per_s = rec.seconds > 0 ? part_images * o.world / rec.seconds : 0;
     rec.data_wait_share = rec.seconds > 0 ? (part_wait + loader.wait_seconds() - wait_before) / rec.seconds : 0;
+    rec.allreduce_share = rec.seconds > 0 && grad_sync ? (grad_sync->seconds() - allreduce_before) / rec.seconds : 0;
+    if (col && !o.sync_bn) {  // keep BatchNorm statistics identical: rank 0's
+      torch::NoGradGuard ng;
+      for (auto& b : net->buffers()) col->broadcast(b, 0);
+    }
     const bool do_val = val_ds && o.val_every > 0 && ((epoch + 1) % o.val_every == 0 || epoch + 1 == o.epochs);
     if (lead && do_val) {
       EvalOptions eo;
@@ -379,8 +440,14 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb) {
       if (cb.on_epoch) cb.on_epoch(rec);
     }
     result.epochs_done = epoch + 1;
-    const bool stop = cb.stop_requested && cb.stop_requested();
-    if ((stop || (o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60)) && epoch + 1 < o.epochs) {
+    bool stop = cb.stop_requested && cb.stop_requested();
+    bool over_time = o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60;
+    if (col) {
+      auto flags = torch::tensor({(stop || over_time) ? 1.0f : 0.0f});
+      col->allreduce_sum(flags);
+      over_time = over_time || flags[0].item<float>() > 0;
+    }
+    if ((stop || over_time) && epoch + 1 < o.epochs) {
       say(std::string(stop ? "stop requested" : "time limit reached") + " after epoch " + std::to_string(epoch + 1) + ": checkpoint written (" + last_path + ")");
       result.stopped_by_time = true;
       result.history = history;

@@ -29,6 +29,9 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which);
 // "360x480" → {360, 480}; throws on bad text or sizes < 32.
 std::pair<int64_t, int64_t> parse_size(const std::string& s);
 
+extern int g_argc;     // the process's command line (train --nproc re-executes it)
+extern char** g_argv;
+
 // Subcommands (one file each).
 void add_info(CLI::App& app, Args& a);
 void add_train(CLI::App& app, Args& a);

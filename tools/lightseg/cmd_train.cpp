@@ -1,16 +1,28 @@
 // lightseg train: parse arguments, call lightseg::train, show progress.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <cstring>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "args.h"
+#include "lightseg/distributed.h"
 #include "lightseg/runtime.h"
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
 #include "progress.h"
 
 namespace lightseg::cli {
+
+// main() stores argv here: --nproc re-executes the same command line for each worker.
+int g_argc = 0;
+char** g_argv = nullptr;
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
@@ -23,7 +35,77 @@ struct TrainArgs {
   uint64_t seed = 1;
   bool resume = false;
   int64_t max_iters = 0;
+  // distributed
+  int nproc = 0, rank = -1, world = -1, local_rank = -1, master_port = -1;
+  std::string master_addr;
+  bool sync_bn = false, no_overlap = false, verify_sync = false;
+  double dist_timeout = 300;
 };
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("cannot find a free port for --nproc");
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// --nproc N: run N local workers (this same command without --nproc, with torchrun's
+// environment), wait for all; if one fails, stop the others and fail.
+int spawn_local_workers(int n, int threads_total, int argc, char** argv) {
+  const int port = free_port();
+  const int per = std::max(1, threads_total / n);
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--nproc") { ++i; continue; }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("OMP_NUM_THREADS", std::to_string(per).c_str(), 1);
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+      cargs.push_back(nullptr);
+      ::execv("/proc/self/exe", cargs.data());
+      std::perror("execv");
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::signal(SIGINT, SIG_IGN);  // the workers get the terminal's signals themselves
+  int failed = 0, remaining = n;
+  while (remaining > 0) {
+    int status = 0;
+    pid_t p = ::waitpid(-1, &status, 0);
+    if (p < 0) break;
+    --remaining;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && !failed) {
+      failed = 1;
+      std::fprintf(stderr, "error: a training worker (pid %d) failed; stopping the others\n", static_cast<int>(p));
+      for (pid_t q : pids)
+        if (q != p) ::kill(q, SIGTERM);
+    }
+  }
+  return failed;
+}
 }  // namespace
 
 void add_train(CLI::App& app, Args& a) {
@@ -45,7 +127,31 @@ void add_train(CLI::App& app, Args& a) {
   auto* o_workers = sub->add_option("--workers", t.workers, "Data-loading threads")->capture_default_str();
   auto* o_mi = sub->add_option("--max-iters", t.max_iters, "Cap iterations per epoch (smoke tests)");
   auto* o_init = sub->add_option("--init-weights", t.init_weights, "Start from these weights (fine-tuning)");
+  auto* dist = sub->add_option_group("distributed", "Data-parallel training (c10d: Gloo on CPU, NCCL on CUDA). "
+                                                      "Defaults come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.");
+  dist->add_option("--nproc", t.nproc, "Spawn N local worker processes (threads are split between them)");
+  dist->add_option("--rank", t.rank, "This process's rank (RANK)");
+  dist->add_option("--world-size", t.world, "Number of processes in all (WORLD_SIZE)");
+  dist->add_option("--local-rank", t.local_rank, "Rank on this machine (LOCAL_RANK; selects the GPU)");
+  dist->add_option("--master-addr", t.master_addr, "Rendezvous host (MASTER_ADDR)");
+  dist->add_option("--master-port", t.master_port, "Rendezvous port (MASTER_PORT)");
+  dist->add_flag("--sync-bn", t.sync_bn, "Synchronise BatchNorm statistics across ranks (SyncBN)");
+  dist->add_flag("--verify-sync", t.verify_sync, "Check after every step that all ranks hold identical weights");
+  dist->add_flag("--no-overlap", t.no_overlap, "All-reduce gradients after backward instead of during it");
+  dist->add_option("--dist-timeout", t.dist_timeout, "Seconds before a rank gives up on a dead or stuck peer")->capture_default_str();
   sub->callback([&a, sub, o_epochs, o_batch, o_crop, o_lr, o_wd, o_opt, o_loss, o_tl, o_ve, o_seed, o_workers, o_mi, o_init]() {
+    if (t.nproc > 1) {
+      const int total = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
+      if (spawn_local_workers(t.nproc, total, g_argc, g_argv) != 0) throw std::runtime_error("distributed training failed");
+      return;
+    }
+    DistConfig dc = DistConfig::from_env();
+    if (t.rank >= 0) dc.rank = t.rank;
+    if (t.world > 0) dc.world = t.world;
+    if (t.local_rank >= 0) dc.local_rank = t.local_rank;
+    if (!t.master_addr.empty()) dc.master_addr = t.master_addr;
+    if (t.master_port > 0) dc.master_port = t.master_port;
+    dc.timeout = std::chrono::milliseconds(static_cast<int64_t>(t.dist_timeout * 1000));
     const int threads = init_runtime(a.threads);
     TrainOptions o;
     const std::string last = (std::filesystem::path(a.out) / "last.lsw").string();
@@ -76,18 +182,35 @@ void add_train(CLI::App& app, Args& a) {
     if (o_mi->count()) o.max_iters = t.max_iters;
     if (o_init->count()) o.init_weights = t.init_weights;
     o.resume = t.resume;
+    o.rank = dc.rank;
+    o.world = dc.world;
+    if (t.sync_bn) o.sync_bn = true;
+    if (t.no_overlap) o.overlap_allreduce = false;
+    if (t.verify_sync) o.verify_sync = true;
+    std::shared_ptr<Collective> col;
+    if (dc.enabled()) {
+      if (o.device == "cuda") o.device = "cuda:" + std::to_string(dc.local_rank);
+      col = Collective::create(dc, torch::Device(o.device));
+    }
 
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     ProgressLine line;
     TrainCallbacks cb;
-    cb.on_message = [&](const std::string& m) { line.print("train: " + m); };
+    const std::string who = dc.enabled() ? "train[" + std::to_string(dc.rank) + "/" + std::to_string(dc.world) + "]: " : "train: ";
+    cb.on_message = [&](const std::string& m) { line.print(who + m); };
     cb.stop_requested = [] { return g_stop != 0; };
+    if (col)
+      cb.on_message("distributed: rank " + std::to_string(dc.rank) + " of " + std::to_string(dc.world) + ", " +
+                    col->backend() + ", SyncBN " + (o.sync_bn ? "on" : "off") + ", all-reduce " +
+                    (o.overlap_allreduce ? "overlapped with backward" : "after backward"));
     cb.on_iteration = [&](const TrainProgress& p) {
       char b[256];
-      std::snprintf(b, sizeof b, "epoch %d/%d  iter %ld/%ld  loss %.4f  lr %.2e  %.2f img/s  data wait %.0f%%  ETA %s",
+      std::snprintf(b, sizeof b, "epoch %d/%d  iter %ld/%ld  loss %.4f  lr %.2e  %.2f img/s  data wait %.0f%%%s  ETA %s",
                     p.epoch, p.epochs, static_cast<long>(p.iter), static_cast<long>(p.iters), p.loss, p.lr,
-                    p.images_per_s, 100 * p.data_wait_share, fmt_duration(p.eta_s).c_str());
+                    p.images_per_s, 100 * p.data_wait_share,
+                    p.allreduce_share > 0 ? ("  all-reduce " + std::to_string(static_cast<int>(100 * p.allreduce_share)) + "%").c_str() : "",
+                    fmt_duration(p.eta_s).c_str());
       line.update(b);
     };
     cb.on_epoch = [&](const EpochRecord& r) {
@@ -99,11 +222,13 @@ void add_train(CLI::App& app, Args& a) {
         std::snprintf(b, sizeof b, "epoch %d done: loss %.4f  %.0fs  %.2f img/s", r.epoch, r.loss, r.seconds, r.images_per_s);
       line.print(b);
     };
-    line.print("train: " + o.dataset + " from " + o.data + " → " + o.out_dir + "  (" + std::to_string(threads) +
+    if (o.rank != 0) cb.on_iteration = nullptr;
+    line.print(who + o.dataset + " from " + o.data + " → " + o.out_dir + "  (" + std::to_string(threads) +
                " threads, batch " + std::to_string(o.batch) + ", crop " + std::to_string(o.crop_h) + "x" +
                std::to_string(o.crop_w) + ", " + std::to_string(o.epochs) + " epochs)");
-    auto r = train(o, cb);
+    auto r = train(o, cb, col);
     line.done();
+    if (o.rank != 0) return;
     if (r.finished)
       std::printf("finished %d epochs; best val mIoU %.4f; weights: %s/best.lsw\n", r.epochs_done, r.best_miou, a.out.c_str());
     else

@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "lightseg 0.1.0");
   lightseg::cli::Args args;
+  lightseg::cli::g_argc = argc;
+  lightseg::cli::g_argv = argv;
   lightseg::cli::add_info(app, args);
   lightseg::cli::add_train(app, args);
   lightseg::cli::add_eval(app, args);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 
 #include <torch/torch.h>
 
@@ -38,6 +39,13 @@ struct ConvSpec {
 };
 
 torch::nn::Conv2d make_conv(const ConvSpec& s);
+
+// SyncBN hook: when set, BNAct in training mode sums its batch statistics (forward) and
+// its gradient sums (backward) over all ranks with this function (an in-place all-reduce).
+using AllReduceFn = std::function<void(torch::Tensor&)>;
+void set_batchnorm_allreduce(AllReduceFn fn);
+// Batch normalisation in training mode with statistics reduced through `reduce`.
+torch::Tensor sync_batch_norm(const torch::Tensor& x, torch::nn::BatchNorm2d& bn, const AllReduceFn& reduce);
 // Runs a convolution and counts its MACs when MacCounter is enabled.
 torch::Tensor conv(const torch::nn::Conv2d& c, const torch::Tensor& x);
 

@@ -9,7 +9,7 @@ class ResidualBlockImpl : public torch::nn::Module {
   ResidualBlockImpl(int64_t channels, int64_t dilation);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  BNAct bn1{nullptr}, bn2{nullptr};  // BatchNorm only (no PReLU)
 };
 TORCH_MODULE(ResidualBlock);
 

@@ -1,0 +1,254 @@
+#include "lightseg/distributed.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#define LIGHTSEG_NCCL 1
+#else
+#define LIGHTSEG_NCCL 0
+#endif
+
+#include "lightseg/model/layers.h"
+
+namespace lightseg {
+
+DistConfig DistConfig::from_env() {
+  DistConfig c;
+  auto geti = [](const char* name, int& out) {
+    if (const char* v = std::getenv(name)) {
+      try {
+        out = std::stoi(v);
+      } catch (...) {
+        throw std::invalid_argument(std::string(name) + " must be an integer, got '" + v + "'");
+      }
+    }
+  };
+  geti("RANK", c.rank);
+  geti("WORLD_SIZE", c.world);
+  geti("LOCAL_RANK", c.local_rank);
+  geti("MASTER_PORT", c.master_port);
+  if (const char* a = std::getenv("MASTER_ADDR")) c.master_addr = a;
+  return c;
+}
+
+namespace {
+
+class C10dCollective : public Collective {
+ public:
+  C10dCollective(c10::intrusive_ptr<c10d::ProcessGroup> pg, std::string backend)
+      : pg_(std::move(pg)), backend_(std::move(backend)) {}
+  int rank() const override { return pg_->getRank(); }
+  int world() const override { return pg_->getSize(); }
+  std::string backend() const override { return backend_; }
+  void allreduce_sum(torch::Tensor& t) override {
+    std::vector<torch::Tensor> v{t};
+    pg_->allreduce(v)->wait();
+  }
+  struct P : Pending {
+    c10::intrusive_ptr<c10d::Work> w;
+    void wait() override { w->wait(); }
+  };
+  std::unique_ptr<Pending> allreduce_sum_async(torch::Tensor& t) override {
+    std::vector<torch::Tensor> v{t};
+    auto p = std::make_unique<P>();
+    p->w = pg_->allreduce(v);
+    return p;
+  }
+  void broadcast(torch::Tensor& t, int root) override {
+    std::vector<torch::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    pg_->broadcast(v, o)->wait();
+  }
+  void barrier() override { pg_->barrier()->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  std::string backend_;
+};
+
+}  // namespace
+
+std::shared_ptr<Collective> Collective::create(const DistConfig& cfg, torch::Device device) {
+  if (cfg.world < 1 || cfg.rank < 0 || cfg.rank >= cfg.world)
+    throw std::invalid_argument("distributed: RANK must be in 0..WORLD_SIZE-1 (RANK=" + std::to_string(cfg.rank) +
+                                ", WORLD_SIZE=" + std::to_string(cfg.world) + ")");
+  if (cfg.master_port <= 0 || cfg.master_port > 65535)
+    throw std::invalid_argument("distributed: MASTER_PORT must be 1..65535, got " + std::to_string(cfg.master_port));
+  std::string backend = cfg.backend;
+  if (backend == "auto") backend = device.is_cuda() ? "nccl" : "gloo";
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(cfg.master_port);
+  so.isServer = cfg.rank == 0;
+  so.numWorkers = static_cast<size_t>(cfg.world);
+  so.waitWorkers = true;
+  so.timeout = cfg.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(cfg.master_addr, so);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("distributed: rendezvous at " + cfg.master_addr + ":" + std::to_string(cfg.master_port) +
+                             " failed (rank " + std::to_string(cfg.rank) + "): " + e.what());
+  }
+  store = c10::make_intrusive<c10d::PrefixStore>("lightseg/" + backend, store);
+  if (backend == "gloo") {
+    auto opts = c10d::ProcessGroupGloo::Options::create(cfg.timeout);
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->threads = 1;
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cfg.rank, cfg.world, opts);
+    return std::make_shared<C10dCollective>(pg, "gloo");
+  }
+  if (backend == "nccl") {
+#if LIGHTSEG_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = cfg.timeout;
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cfg.rank, cfg.world, opts);
+    return std::make_shared<C10dCollective>(pg, "nccl");
+#else
+    throw std::runtime_error("distributed: this LibTorch build has no NCCL (use --device cpu for Gloo)");
+#endif
+  }
+  throw std::invalid_argument("distributed: unknown backend '" + backend + "' (expected gloo or nccl)");
+}
+
+void broadcast_model(Collective& c, Network& net, bool buffers) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> ts;
+  for (auto& p : net->parameters()) ts.push_back(p);
+  if (buffers)
+    for (auto& b : net->buffers()) ts.push_back(b);
+  // one flat buffer per dtype keeps it to a couple of collectives
+  for (auto dtype : {torch::kFloat32, torch::kInt64}) {
+    std::vector<torch::Tensor> sel;
+    for (auto& t : ts)
+      if (t.scalar_type() == dtype) sel.push_back(t);
+    if (sel.empty()) continue;
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& t : sel) flat_parts.push_back(t.reshape(-1));
+    auto flat = torch::cat(flat_parts);
+    c.broadcast(flat, 0);
+    int64_t off = 0;
+    for (auto& t : sel) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- gradient buckets
+struct GradientSync::Bucket {
+  std::vector<size_t> params;    // indices into params_
+  std::vector<int64_t> offsets;  // offset of each param in flat
+  torch::Tensor flat;
+  int ready = 0;
+  std::unique_ptr<Collective::Pending> pending;
+};
+
+GradientSync::GradientSync(Network& net, std::shared_ptr<Collective> c, size_t bucket_bytes, bool overlap)
+    : c_(std::move(c)), overlap_(overlap) {
+  for (auto& p : net->parameters())
+    if (p.requires_grad()) params_.push_back(p);
+  // buckets in reverse registration order: roughly the order gradients appear in backward
+  auto b = std::make_unique<Bucket>();
+  int64_t size = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    b->params.push_back(k);
+    b->offsets.push_back(size);
+    size += params_[k].numel();
+    if (static_cast<size_t>(size) * 4 >= bucket_bytes) {
+      b->flat = torch::zeros({size}, params_[k].options().requires_grad(false));
+      buckets_.push_back(std::move(b));
+      b = std::make_unique<Bucket>();
+      size = 0;
+    }
+  }
+  if (!b->params.empty()) {
+    b->flat = torch::zeros({size}, params_[0].options().requires_grad(false));
+    buckets_.push_back(std::move(b));
+  }
+  if (overlap_) {
+    for (auto& bk : buckets_) {
+      Bucket* bp = bk.get();
+      for (size_t j = 0; j < bp->params.size(); ++j) {
+        const size_t k = bp->params[j];
+        const int64_t off = bp->offsets[j];
+        hooks_.emplace_back(k, params_[k].register_hook([this, bp, k, off](const torch::Tensor& g) {
+          torch::NoGradGuard ng;
+          bp->flat.narrow(0, off, params_[k].numel()).copy_(g.reshape(-1));
+          if (++bp->ready == static_cast<int>(bp->params.size())) {
+            auto t0 = std::chrono::steady_clock::now();
+            bp->pending = c_->allreduce_sum_async(bp->flat);
+            seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+          return torch::Tensor();  // keep the gradient as it is
+        }));
+      }
+    }
+  }
+}
+
+GradientSync::~GradientSync() {
+  for (auto& [k, id] : hooks_) params_[k].remove_hook(id);
+}
+
+void GradientSync::begin() {
+  for (auto& b : buckets_) {
+    b->ready = 0;
+    b->pending.reset();
+  }
+}
+
+void GradientSync::finish() {
+  torch::NoGradGuard ng;
+  auto t0 = std::chrono::steady_clock::now();
+  const double scale = 1.0 / c_->world();
+  for (auto& b : buckets_) {
+    if (overlap_) {
+      if (!b->pending) {
+        // some parameter got no gradient this step (hook never fired): reduce what we have
+        for (size_t j = 0; j < b->params.size(); ++j) {
+          auto& p = params_[b->params[j]];
+          auto slot = b->flat.narrow(0, b->offsets[j], p.numel());
+          if (p.grad().defined()) slot.copy_(p.grad().reshape(-1));
+          else slot.zero_();
+        }
+        c_->allreduce_sum(b->flat);
+      } else {
+        b->pending->wait();
+      }
+    } else {
+      for (size_t j = 0; j < b->params.size(); ++j) {
+        auto& p = params_[b->params[j]];
+        auto slot = b->flat.narrow(0, b->offsets[j], p.numel());
+        if (p.grad().defined()) slot.copy_(p.grad().reshape(-1));
+        else slot.zero_();
+      }
+      c_->allreduce_sum(b->flat);
+    }
+    for (size_t j = 0; j < b->params.size(); ++j) {
+      auto& p = params_[b->params[j]];
+      auto avg = b->flat.narrow(0, b->offsets[j], p.numel()).view(p.sizes()) * scale;
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      p.mutable_grad().copy_(avg);
+    }
+  }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------- SyncBN
+void enable_sync_batchnorm(std::shared_ptr<Collective> c) {
+  model::set_batchnorm_allreduce([c](torch::Tensor& t) { c->allreduce_sum(t); });
+}
+
+void disable_sync_batchnorm() { model::set_batchnorm_allreduce(nullptr); }
+
+}  // namespace lightseg
