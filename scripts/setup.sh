@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev                      # LibTorch 1.13 (CPU): tensors, autograd, training, inference
+  libdnnl-dev                       # oneDNN (the library LibTorch runs on): the fast CPU inference backend
   libpng-dev libjpeg62-turbo-dev    # image codecs of the core library
   nlohmann-json3-dev                # configuration and weights headers (header-only)
   libcli11-dev                      # the CLI
@@ -16,7 +17,12 @@ PACKAGES=(
   libbenchmark-dev                  # benchmarks
   libonnx-dev protobuf-compiler     # ONNX export
   libopencv-dev                     # video files and cameras (front ends only)
+  chromium                          # the web page test (headless; tests/web)
 )
+# node runs the web page test, npm installs its one package: Debian's unless already present
+# (NodeSource's nodejs bundles npm and conflicts with Debian's npm package).
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -28,6 +34,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# playwright-core for the web page test (pinned in tests/web/package-lock.json, installed into
+# the git-ignored tests/web/node_modules; it drives Debian's chromium, downloads no browser).
+# Offline afterwards. Without it the web page test skips with a message.
+if [ ! -d tests/web/node_modules/playwright-core ]; then
+  (cd tests/web && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "setup: npm ci in tests/web failed; the web page test will skip" >&2
 fi
 
 jobs=$(nproc)

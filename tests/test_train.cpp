@@ -96,12 +96,13 @@ TEST(Train, KillAndResumeEndInTheSameState) {
   // C: stopped cleanly mid-epoch 2 (mid-epoch checkpoint), then resumed
   auto oc = base;
   oc.out_dir = (dir / "c").string();
-  int calls = 0;
+  int steps = 0;
   TrainCallbacks stop;
-  stop.on_iteration = [&](const TrainProgress&) { ++calls; };
-  stop.stop_requested = [&] { return calls == 3; };  // after epoch 2, iteration 1
+  stop.after_backward = [&](Network&) { ++steps; };  // runs inside every step
+  stop.stop_requested = [&] { return steps == 3; };   // 2 steps per epoch: epoch 2, iteration 1
   auto rc = train(oc, stop);
   ASSERT_TRUE(rc.stopped_by_time);
+  EXPECT_EQ(read_weights((dir / "c" / "last.lsw").string()).extra["train"]["batch"].get<int>(), 1);  // mid-epoch
   oc.resume = true;
   auto rc2 = train(oc, {});
   ASSERT_TRUE(rc2.finished);

@@ -3,6 +3,14 @@
 //   auto engine = lightseg::make_engine(net, meta);           // "auto": the fastest backend
 //   torch::Tensor logits = engine->logits(images);            // N×3×H×W float RGB 0..255
 //
+// Backends (all give the training graph's labels; tests/test_engine.cpp checks it):
+//   eager   the training-graph network in eval mode, channels_last, inference mode;
+//   fused   the folded operation list of fused_network.h run with LibTorch ops (CPU or CUDA;
+//           on CUDA optionally fp16/bf16 and, at batch 1, a replayed CUDA graph);
+//   onednn  the same list compiled once per input shape into oneDNN primitives with
+//           prepacked weights, reused buffers and fused epilogues (CPU, when built with
+//           libdnnl); the fastest on CPU, so "auto" picks it there, "fused" elsewhere.
+//
 // The engine owns its copy of the weights (never the caller's training graph), applies the
 // model's normalisation itself, and is safe to call from one thread at a time (Predictor
 // serialises or pools engines for concurrent callers).
@@ -10,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lightseg/config.h"
 #include "lightseg/network.h"
@@ -27,10 +36,28 @@ class InferenceEngine {
   virtual torch::Device device() const = 0;
 };
 
-// backend: "auto" or "eager" (the network in eval mode, channels_last, inference mode).
+// backend: "auto", "eager", "fused" or "onednn" (see above).
 std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta,
                                              const std::string& backend = "auto",
                                              torch::Device device = torch::kCPU);
+
+struct EngineOptions {
+  std::string backend = "auto";
+  torch::Device device = torch::kCPU;
+  // Compute type of the fused backend on CUDA: kFloat32, kHalf or kBFloat16 (logits are
+  // always returned as float32). CPU backends compute in float32.
+  torch::ScalarType dtype = torch::kFloat32;
+  bool cuda_graphs = true;  // fused on CUDA at batch 1: capture once per shape, then replay
+};
+std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o);
+
+// Multiply-accumulates per second of a large dense 3×3 convolution (128→128 channels) on
+// `device` in `dtype`, measured now (best of several runs): the practical peak that
+// `lightseg bench` compares the network's achieved MAC/s with.
+double measure_peak_macs(torch::Device device = torch::kCPU, torch::ScalarType dtype = torch::kFloat32);
+
+// The backends this build offers on `device` (besides "auto"), fastest first.
+std::vector<std::string> available_backends(torch::Device device = torch::kCPU);
 
 // A deep copy of a network (parameters and buffers), e.g. to fold or convert it.
 Network clone_network(const Network& net);

@@ -1,8 +1,20 @@
 #include "lightseg/engine.h"
 
+#include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
+#include <torch/cuda.h>
+
+#include "infer/onednn_engine.h"
+#include "lightseg/features.h"
+#include "lightseg/fused_network.h"
 #include "lightseg/transforms.h"
+#if LIGHTSEG_HAVE_TORCH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace lightseg {
 
@@ -41,12 +53,108 @@ class EagerEngine : public InferenceEngine {
   torch::Device dev_;
 };
 
+// The folded operation list (fused_network.h) run with LibTorch ops.
+class FusedEngine : public InferenceEngine {
+ public:
+  FusedEngine(const Network& net, const ModelMeta& meta, const EngineOptions& o)
+      : dev_(o.device), dtype_(o.device.is_cuda() ? o.dtype : torch::kFloat32), graphs_(o.cuda_graphs) {
+    if (dtype_ != torch::kFloat32 && dtype_ != torch::kHalf && dtype_ != torch::kBFloat16)
+      throw std::invalid_argument("fused backend: dtype must be float32, float16 or bfloat16");
+    f_ = to(fuse_network(net, meta), dev_, dtype_);
+  }
+  torch::Tensor logits(const torch::Tensor& images) override {
+    c10::InferenceMode guard;
+    auto x = images.to(dev_, dtype_).contiguous();
+#if LIGHTSEG_HAVE_TORCH_CUDA
+    if (dev_.is_cuda() && graphs_ && x.size(0) == 1) return replay(x);
+#endif
+    return run_fused(f_, x).to(torch::kFloat32);
+  }
+  std::string backend() const override { return "fused"; }
+  torch::Device device() const override { return dev_; }
+
+ private:
+#if LIGHTSEG_HAVE_TORCH_CUDA
+  // Batch 1 on CUDA: capture the whole forward once per input shape, then replay it
+  // (one launch instead of ~150; inputs and outputs live in static buffers).
+  torch::Tensor replay(const torch::Tensor& x) {
+    if (!graph_ || static_in_.sizes() != x.sizes()) {
+      graph_.reset();
+      static_in_ = x.clone();
+      torch::cuda::synchronize();  // the side stream below must see static_in_
+      c10::cuda::CUDAStreamGuard sg(c10::cuda::getStreamFromPool());
+      for (int i = 0; i < 3; ++i) run_fused(f_, static_in_);  // warm-up (cuDNN algorithm choice) off the graph
+      graph_ = std::make_unique<at::cuda::CUDAGraph>();
+      graph_->capture_begin();
+      static_out_ = run_fused(f_, static_in_);
+      graph_->capture_end();
+      torch::cuda::synchronize();
+    }
+    static_in_.copy_(x);
+    graph_->replay();
+    return static_out_.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+  }
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  torch::Tensor static_in_, static_out_;
+#endif
+  FusedNetwork f_;
+  torch::Device dev_;
+  torch::ScalarType dtype_;
+  bool graphs_;
+};
+
 }  // namespace
+
+double measure_peak_macs(torch::Device device, torch::ScalarType dtype) {
+  c10::InferenceMode guard;
+  const int64_t c = 128, n = device.is_cuda() ? 16 : 1, h = device.is_cuda() ? 128 : 96, w = h;
+  auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  auto x = torch::randn({n, c, h, w}, opts).contiguous(torch::MemoryFormat::ChannelsLast);
+  auto wt = torch::randn({c, c, 3, 3}, opts).contiguous(torch::MemoryFormat::ChannelsLast);
+  auto b = torch::zeros({c}, opts);
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
+  for (int i = 0; i < 3; ++i) torch::conv2d(x, wt, b, 1, 1);
+  sync();
+  double best = 1e30;
+  for (int i = 0; i < 15; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    torch::conv2d(x, wt, b, 1, 1);
+    sync();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return static_cast<double>(n * c * c * 9 * h * w) / best;
+}
+
+std::vector<std::string> available_backends(torch::Device device) {
+  std::vector<std::string> r;
+  if (device.is_cpu() && onednn_available()) r.push_back("onednn");
+  r.push_back("fused");
+  r.push_back("eager");
+  return r;
+}
+
+std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
+  std::string backend = o.backend;
+  if (backend == "auto") backend = available_backends(o.device).front();  // measured fastest first
+  if (backend == "eager") return std::make_unique<EagerEngine>(net, meta, o.device);
+  if (backend == "fused") return std::make_unique<FusedEngine>(net, meta, o);
+  if (backend == "onednn") {
+    if (!o.device.is_cpu()) throw std::invalid_argument("the onednn backend runs on the CPU only");
+    if (!onednn_available())
+      throw std::invalid_argument("this build has no onednn backend (libdnnl-dev was not found at configure time)");
+    return make_onednn_engine(fuse_network(net, meta));
+  }
+  throw std::invalid_argument("unknown inference backend '" + backend + "' (expected auto, eager, fused or onednn)");
+}
 
 std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const std::string& backend,
                                              torch::Device device) {
-  if (backend == "auto" || backend == "eager") return std::make_unique<EagerEngine>(net, meta, device);
-  throw std::invalid_argument("unknown inference backend '" + backend + "' (expected auto or eager)");
+  EngineOptions o;
+  o.backend = backend;
+  o.device = device;
+  return make_engine(net, meta, o);
 }
 
 }  // namespace lightseg

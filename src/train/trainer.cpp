@@ -1,5 +1,6 @@
 // The training loop (see include/lightseg/train.h for the contract).
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,6 +27,18 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// bf16 autocast on CUDA (no loss scaling needed, unlike fp16). The API moved in LibTorch 2.4.
+void set_cuda_autocast(bool on) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCUDA, on);
+#else
+  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  at::autocast::set_enabled(on);
+#endif
+  if (!on) at::autocast::clear_cache();
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -322,14 +335,10 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       torch::Tensor logits;
       {
         const bool autocast = device.is_cuda() && o.amp;
-        if (autocast) {
-          at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-          at::autocast::set_enabled(true);
-        }
+        if (autocast) set_cuda_autocast(true);
         logits = net->forward(x);
         if (autocast) {
-          at::autocast::set_enabled(false);
-          at::autocast::clear_cache();
+          set_cuda_autocast(false);
           logits = logits.to(torch::kFloat32);
         }
       }

@@ -41,6 +41,37 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
       case Opt::Out:
         sub->add_option("--out", a.out, "Output folder");
         break;
+      case Opt::Host:
+        sub->add_option("--host", a.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
+        break;
+      case Opt::Port:
+        sub->add_option("--port", a.port, "TCP port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+        break;
+      case Opt::Backend:
+        sub->add_option("--backend", a.backend, "Inference backend: auto, onednn, fused or eager")
+            ->check(CLI::IsMember({"auto", "onednn", "fused", "eager"}))
+            ->capture_default_str();
+        break;
+      case Opt::Batch:
+        sub->add_option("--batch", a.batch, "Images per inference call")->check(CLI::Range(1, 1024))->capture_default_str();
+        break;
+      case Opt::Iters:
+        sub->add_option("--iters", a.iters, "Timed iterations")->check(CLI::Range(1, 1000000))->capture_default_str();
+        break;
+      case Opt::Precision:
+        sub->add_option("--precision", a.precision, "Compute type on CUDA: fp32, fp16 or bf16 (CPU: fp32)")
+            ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+            ->capture_default_str();
+        break;
+      case Opt::Onnx:
+        sub->add_option("--onnx", a.onnx, "Output ONNX file")->required();
+        break;
+      case Opt::Opset:
+        sub->add_option("--opset", a.opset, "ONNX opset (11 to 17)")->check(CLI::Range(11, 17))->capture_default_str();
+        break;
+      case Opt::Dynamic:
+        sub->add_flag("--dynamic", a.dynamic, "Dynamic batch and image size (default: fixed, from --size)");
+        break;
     }
   }
 }

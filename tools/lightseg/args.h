@@ -21,9 +21,19 @@ struct Args {
   std::string dataset = "camvid";  // --dataset
   std::string split = "val";       // --split
   std::string out;                 // --out
+  std::string host = "127.0.0.1";  // --host
+  int port = 8080;                 // --port
+  std::string backend = "auto";    // --backend
+  int batch = 1;                   // --batch (inference)
+  int iters = 50;                  // --iters
+  std::string precision = "fp32";  // --precision
+  std::string onnx;                // --onnx
+  int opset = 13;                  // --opset
+  bool dynamic = false;            // --dynamic
 };
 
-enum class Opt { Threads, Device, Weights, Config, Size, Json, Data, Dataset, Split, Out };
+enum class Opt { Threads, Device, Weights, Config, Size, Json, Data, Dataset, Split, Out, Host, Port,
+               Backend, Batch, Iters, Precision, Onnx, Opset, Dynamic };
 
 void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which);
 // "360x480" → {360, 480}; throws on bad text or sizes < 32.
@@ -36,6 +46,10 @@ extern char** g_argv;
 void add_info(CLI::App& app, Args& a);
 void add_train(CLI::App& app, Args& a);
 void add_eval(CLI::App& app, Args& a);
+void add_segment(CLI::App& app, Args& a);
+void add_serve(CLI::App& app, Args& a);
+void add_bench(CLI::App& app, Args& a);
+void add_export(CLI::App& app, Args& a);
 // --weights or the shipped default; throws a clear error when neither exists.
 std::string resolve_weights(const std::string& given);
 

@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
   lightseg::cli::add_info(app, args);
   lightseg::cli::add_train(app, args);
   lightseg::cli::add_eval(app, args);
+  lightseg::cli::add_segment(app, args);
+  lightseg::cli::add_serve(app, args);
+  lightseg::cli::add_bench(app, args);
+  lightseg::cli::add_export(app, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

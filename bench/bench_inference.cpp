@@ -1,0 +1,91 @@
+// Google Benchmark suite: every inference backend at the sizes of the README's speed table,
+// the dense-convolution peak, and the one-off costs (folding, first call of a new shape).
+//
+//   build/bin/lightseg_bench                                   # all
+//   build/bin/lightseg_bench --benchmark_filter='Engine/onednn'
+//   OMP_NUM_THREADS=2 build/bin/lightseg_bench --benchmark_format=json
+//
+// Counters: images/s (items_per_second) and GMAC/s achieved (the network's convolution
+// MACs per image × images/s). Random weights: speed does not depend on them.
+#include <benchmark/benchmark.h>
+
+#include "lightseg/engine.h"
+#include "lightseg/fused_network.h"
+#include "lightseg/runtime.h"
+
+namespace {
+
+using namespace lightseg;
+
+struct Model {
+  Network net{nullptr};
+  ModelMeta meta = ModelMeta::camvid();
+  Model() {
+    torch::manual_seed(0);
+    net = Network(NetworkConfig{});
+    net->eval();
+  }
+};
+
+Model& model() {
+  static Model m;
+  return m;
+}
+
+void engine_bench(benchmark::State& state, const std::string& backend) {
+  const int64_t h = state.range(0), w = state.range(1), n = state.range(2);
+  auto engine = make_engine(model().net, model().meta, backend);
+  torch::manual_seed(1);
+  auto x = torch::rand({n, 3, h, w}) * 255;
+  for (int i = 0; i < 3; ++i) engine->logits(x);  // plan / kernels / caches
+  for (auto _ : state) benchmark::DoNotOptimize(engine->logits(x));
+  const double macs = static_cast<double>(fuse_network(model().net, model().meta).count_macs(h, w));
+  state.SetItemsProcessed(state.iterations() * n);
+  state.counters["GMAC/s"] = benchmark::Counter(macs * n / 1e9 * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+void register_engines() {
+  for (const auto& backend : available_backends()) {
+    auto* b = benchmark::RegisterBenchmark(("Engine/" + backend).c_str(), engine_bench, backend);
+    b->Args({360, 480, 1})->Args({512, 1024, 1})->Args({360, 480, 4})->ArgNames({"H", "W", "N"});
+    b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+  }
+}
+
+// The peak the network is compared with: a dense 3×3 convolution, 128→128 channels, 96×96.
+void BM_DenseConvPeak(benchmark::State& state) {
+  c10::InferenceMode guard;
+  auto x = torch::randn({1, 128, 96, 96}).contiguous(torch::MemoryFormat::ChannelsLast);
+  auto wt = torch::randn({128, 128, 3, 3}).contiguous(torch::MemoryFormat::ChannelsLast);
+  for (auto _ : state) benchmark::DoNotOptimize(torch::conv2d(x, wt, {}, 1, 1));
+  state.counters["GMAC/s"] =
+      benchmark::Counter(128.0 * 128 * 9 * 96 * 96 / 1e9 * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DenseConvPeak)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_FuseNetwork(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(fuse_network(model().net, model().meta));
+}
+BENCHMARK(BM_FuseNetwork)->Unit(benchmark::kMillisecond);
+
+// First call at a new input shape (the onednn backend compiles a plan per shape).
+void BM_FirstCallNewShape(benchmark::State& state) {
+  auto x = torch::rand({1, 3, 360, 480}) * 255;
+  for (auto _ : state) {
+    auto engine = make_engine(model().net, model().meta, "auto");
+    benchmark::DoNotOptimize(engine->logits(x));
+  }
+}
+BENCHMARK(BM_FirstCallNewShape)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  lightseg::init_runtime();
+  register_engines();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

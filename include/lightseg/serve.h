@@ -1,0 +1,80 @@
+// lightseg: the HTTP service (claim 8's receiving unit on the network) and its web page.
+//
+// Basic usage:
+//   auto predictor = std::make_shared<lightseg::Predictor>(opts);
+//   lightseg::Server server(predictor, {});            // ServerOptions: host, port, limits
+//   int port = server.bind();                          // port 0 picks a free one
+//   std::thread t([&] { server.run(); });              // blocks until stop()
+//   server.stop();                                     // finishes in-flight requests, then run() returns
+//
+// Endpoints:
+//   POST /v1/segment   body: a PNG/JPEG (raw, or multipart/form-data with any file field)
+//                      ?format=ids (default; 8-bit label-id PNG at the input's size)
+//                             |color|overlay (PNG) |json (size, classes with pixel shares, latency)
+//                      &alpha=A (overlay opacity, default 0.5); json also takes &image=overlay|color
+//                      (adds the picture as a data: URL, which the web page uses)
+//   GET  /healthz      {"status":"ok"}
+//   GET  /v1/model     classes, palette, normalisation, parameter count, backend
+//   GET  /             the web page (embedded in the binary)
+// Bad input gets a 4xx JSON {"error": "..."}: 400 empty body, corrupt/truncated image or bad
+// parameter; 413 body over max_bytes or image over max_pixels; 415 not an image or an
+// unsupported format. 503 when max_queue requests already wait for the network.
+//
+// Memory is bounded: at most http_threads requests are read at a time (each ≤ max_bytes),
+// at most engines + max_queue of them hold a decoded image (≤ 4·max_pixels bytes) and
+// `engines` run the network at once; the rest are answered 503 at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace lightseg {
+
+class Predictor;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                         // 0: any free port (see Server::bind)
+  size_t max_bytes = 16u << 20;            // request body limit
+  int64_t max_pixels = 4096 * 1024;        // decoded image limit (width·height)
+  int max_queue = 32;                      // requests allowed to wait for an engine
+  int http_threads = 0;                    // 0: engines + max_queue + 8
+  // Access log and notices, one line each (no newline); empty: silent.
+  std::function<void(const std::string&)> log;
+  // Test hook: runs in the request's thread right before the forward pass.
+  std::function<void()> before_inference;
+};
+
+class Server {
+ public:
+  Server(std::shared_ptr<const Predictor> predictor, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port. Throws when the address is unusable.
+  int bind();
+  // Serves until stop(); then waits for the requests in flight. Binds first if needed.
+  void run();
+  // Stops accepting connections; safe from any thread (not from a signal handler).
+  void stop();
+  int port() const;
+
+  // Counters for tests and logs.
+  struct Stats {
+    uint64_t requests = 0, ok = 0, client_errors = 0, rejected_busy = 0, server_errors = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The web page served at GET / (HTML, CSS and JavaScript in one self-contained document).
+const std::string& web_page_html();
+
+}  // namespace lightseg

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The long CamVid run behind the shipped weights, resumable across sessions.
+#   scripts/train_camvid.sh [MINUTES]     (default 170)
+# - the run folder lives outside the repository (RUN_DIR, default ../runs/camvid);
+# - if it has no checkpoint yet, it starts from the one committed in
+#   models/checkpoints/camvid-last.lsw, so no session's epochs are lost;
+# - trains niced in the foreground until MINUTES have passed (checkpoint written), then
+#   copies the latest checkpoint back into models/checkpoints/ to be committed.
+# The recipe (DABNet/CGNet/FBSNet on CamVid): Adam 1e-3, wd 2e-4, batch 8, poly 0.9 after
+# 1 warm-up epoch, scale 0.75–2.0, crop 360x480, flip, class-weighted CE, 300 epochs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=${1:-170}
+DATA=${CAMVID:-../shared/data/camvid}
+RUN_DIR=${RUN_DIR:-../runs/camvid}
+BIN=${LIGHTSEG_BIN:-build/bin/lightseg}
+mkdir -p "$RUN_DIR"
+if [ ! -f "$RUN_DIR/last.lsw" ] && [ -f models/checkpoints/camvid-last.lsw ]; then
+  cp models/checkpoints/camvid-last.lsw "$RUN_DIR/last.lsw"
+  echo "train_camvid: resuming from the committed checkpoint" >&2
+fi
+nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --out "$RUN_DIR" \
+  --epochs 300 --batch 8 --lr 1e-3 --crop 360x480 --val-every 2 --time-limit "$MINUTES" --resume
+mkdir -p models/checkpoints
+cp "$RUN_DIR/last.lsw" models/checkpoints/camvid-last.lsw
+echo "train_camvid: checkpoint copied to models/checkpoints/camvid-last.lsw (commit it)" >&2

@@ -1,0 +1,863 @@
+// The oneDNN backend: the fused operation list (fused_network.h) compiled once per input
+// shape into a plan — oneDNN convolution / pooling / resampling primitives with their weights
+// reordered (prepacked) once, every activation in a blocked layout (nChw16c), buffers
+// assigned by liveness and kept between calls, and one pass of our own per operation for
+// what oneDNN 2.6 cannot fuse into a JIT convolution: PReLU (its PReLU post-op falls back to
+// the reference kernel), the residual and adder additions, the attention product, the
+// concat halves (written in place) and the final ×4 upsampling straight into the output.
+#include "infer/onednn_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <sys/mman.h>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+#include "lightseg/features.h"
+
+#if LIGHTSEG_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace lightseg {
+
+#if !LIGHTSEG_HAVE_DNNL
+
+bool onednn_available() { return false; }
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&) {
+  throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
+}
+
+#else
+
+bool onednn_available() { return true; }
+
+namespace onednn {
+
+using tag = dnnl::memory::format_tag;
+using dtype = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+constexpr int64_t kBlock = 16;
+
+int64_t round_up(int64_t c) { return (c + kBlock - 1) / kBlock * kBlock; }
+
+// Where a value lives: a buffer of `ctot` channels in nChw16c (or, for the normalised image,
+// plain NCHW or NHWC, whichever the first convolution runs faster on), the value being channels [coff, coff + C) of it (coff > 0: a concat part).
+struct View {
+  float* data = nullptr;
+  int64_t N = 0, C = 0, H = 0, W = 0;
+  int64_t ctot = 0, coff = 0;
+  enum class Fmt { Blocked, Nchw, Nhwc } fmt = Fmt::Blocked;  // plain formats: the normalised image only
+  int64_t pixels() const { return H * W; }
+  // Pointer to pixel 0 of channel block g of image n (blocked views).
+  float* block(int64_t n, int64_t g) const {
+    return data + ((n * (round_up(ctot) / kBlock) + coff / kBlock + g) * pixels()) * kBlock;
+  }
+  dnnl::memory::desc desc() const {
+    return dnnl::memory::desc({N, C, H, W}, dtype::f32,
+                              fmt == Fmt::Nchw ? tag::nchw : fmt == Fmt::Nhwc ? tag::nhwc : tag::nChw16c);
+  }
+  size_t floats() const { return static_cast<size_t>(N * (fmt == Fmt::Blocked ? round_up(ctot) : ctot) * H * W); }
+};
+
+// The per-operation pass: out = Σ add + act(x·scale + shift + residual) ⊙ mul, on blocks of
+// 16 channels. Per-channel arrays are padded to whole blocks with zeros; `valid` is 1 on real
+// channels and 0 on the padding, so padded lanes stay zero (oneDNN's blocked layouts need it).
+struct Epilogue {
+  View src, dst;
+  const float* scale = nullptr;  // with shift: the per-channel affine
+  const float* shift = nullptr;
+  const float* slopes = nullptr;  // PReLU
+  Act act = Act::None;
+  const View* residual = nullptr;
+  const View* mul = nullptr;  // one channel, broadcast
+  std::vector<const View*> adds;  // C or one channel (broadcast)
+  const float* valid = nullptr;
+};
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define LIGHTSEG_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LIGHTSEG_MULTIVERSION
+#endif
+
+constexpr int64_t kTile = 64;  // pixels per tile: 64×16 floats stay in L1
+
+// 16 floats: one channel block of one pixel (GCC/Clang vector extension; one zmm register in
+// the AVX-512 clone, two ymm in the AVX2 one).
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+inline v16 load(const float* p) { return *reinterpret_cast<const v16u*>(p); }
+inline void store(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
+inline v16 splat(float x) { return v16{} + x; }
+
+// The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
+// residual, activation, product, additions, padding lanes to zero; then the store.
+LIGHTSEG_MULTIVERSION
+void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int64_t np) {
+  const int64_t c0 = g * kBlock;
+  if (e.scale) {
+    const v16 sc = load(e.scale + c0), sh = load(e.shift + c0);
+    for (int64_t i = 0; i < np; ++i) t[i] = t[i] * sc + sh;
+  }
+  if (e.residual) {
+    const float* r = e.residual->block(n, g) + p * kBlock;
+    for (int64_t i = 0; i < np; ++i) t[i] += load(r + i * kBlock);
+  }
+  switch (e.act) {
+    case Act::None: break;
+    case Act::PReLU: {
+      const v16 a = load(e.slopes + c0);
+      for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : t[i] * a;
+      break;
+    }
+    case Act::ReLU:
+      for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : v16{};
+      break;
+    case Act::Sigmoid:
+      for (int64_t i = 0; i < np; ++i)
+        for (int l = 0; l < kBlock; ++l) t[i][l] = 1.f / (1.f + std::exp(-t[i][l]));
+      break;
+  }
+  if (e.mul) {
+    const float* q = e.mul->block(n, 0) + p * kBlock;  // lane 0 of the one-channel value
+    for (int64_t i = 0; i < np; ++i) t[i] *= q[i * kBlock];
+  }
+  for (const View* a : e.adds) {
+    if (a->C == 1) {
+      const float* q = a->block(n, 0) + p * kBlock;
+      for (int64_t i = 0; i < np; ++i) t[i] += q[i * kBlock];
+    } else {
+      const float* q = a->block(n, g) + p * kBlock;
+      for (int64_t i = 0; i < np; ++i) t[i] += load(q + i * kBlock);
+    }
+  }
+  const v16 v = load(e.valid + c0);
+  float* d = e.dst.block(n, g) + p * kBlock;
+  for (int64_t i = 0; i < np; ++i) store(d + i * kBlock, t[i] * v);
+}
+
+LIGHTSEG_MULTIVERSION
+void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t np) {
+  v16 t[kTile];
+  const float* s = e.src.block(n, g) + p * kBlock;
+  for (int64_t i = 0; i < np; ++i) t[i] = load(s + i * kBlock);
+  finish_tile(e, t, n, g, p, np);
+}
+
+// Depthwise k×k convolution (any stride, dilation, padding) on blocks of 16 channels with the
+// epilogue fused: oneDNN 2.6's JIT depthwise kernels refuse large dilations on small maps
+// (its reference kernel is ~500× slower) and cannot fuse PReLU.
+struct DepthwiseConv {
+  Epilogue e;            // e.src: the convolution's input
+  torch::Tensor weight;  // [blocks][kh][kw][16], zero on padding lanes
+  torch::Tensor bias;    // [blocks·16]
+  int64_t kh = 3, kw = 3, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+LIGHTSEG_MULTIVERSION
+void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
+  const View& x = c.e.src;
+  const int64_t OW = c.e.dst.W, IH = x.H, IW = x.W;
+  const float* src = x.block(n, g);
+  const float* w = c.weight.data_ptr<float>() + g * c.kh * c.kw * kBlock;
+  const v16 b = load(c.bias.data_ptr<float>() + g * kBlock);
+  // kernel rows inside the input, and the output columns whose every tap is inside
+  int64_t rows[16];
+  int nrows = 0;
+  for (int64_t ky = 0; ky < c.kh && ky < 16; ++ky) {
+    const int64_t iy = y * c.sh - c.ph + ky * c.dh;
+    if (iy >= 0 && iy < IH) rows[nrows++] = ky;
+  }
+  const int64_t in_lo = (c.pw + c.sw - 1) / c.sw;
+  const int64_t last = IW - 1 - (c.kw - 1) * c.dw + c.pw;  // x·sw ≤ last
+  const int64_t in_hi = last >= 0 ? last / c.sw + 1 : 0;
+  const int64_t xs = c.sw * kBlock;
+  constexpr int64_t kRun = 8;  // output pixels accumulated in registers
+  v16 t[kTile];
+  for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
+    const int64_t np = std::min(kTile, OW - x0);
+    int64_t i = 0;
+    while (i < np) {
+      const int64_t xo = x0 + i;
+      if (xo >= in_lo && xo + kRun <= in_hi && i + kRun <= np) {
+        v16 acc[kRun];
+        for (int64_t j = 0; j < kRun; ++j) acc[j] = b;
+        for (int r = 0; r < nrows; ++r) {
+          const int64_t ky = rows[r];
+          const float* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
+          for (int64_t kx = 0; kx < c.kw; ++kx) {
+            const v16 wk = load(w + (ky * c.kw + kx) * kBlock);
+            const float* s = row + (xo * c.sw - c.pw + kx * c.dw) * kBlock;
+            for (int64_t j = 0; j < kRun; ++j) acc[j] += wk * load(s + j * xs);
+          }
+        }
+        for (int64_t j = 0; j < kRun; ++j) t[i + j] = acc[j];
+        i += kRun;
+      } else {  // near a border: every tap checked
+        v16 acc = b;
+        for (int r = 0; r < nrows; ++r) {
+          const int64_t ky = rows[r];
+          const float* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
+          for (int64_t kx = 0; kx < c.kw; ++kx) {
+            const int64_t ix = xo * c.sw - c.pw + kx * c.dw;
+            if (ix >= 0 && ix < IW) acc += load(w + (ky * c.kw + kx) * kBlock) * load(row + ix * kBlock);
+          }
+        }
+        t[i++] = acc;
+      }
+    }
+    finish_tile(c.e, t, n, g, y * OW + x0, np);
+  }
+}
+
+void run_depthwise(const DepthwiseConv& c) {
+  const int64_t blocks = round_up(c.e.dst.C) / kBlock, OH = c.e.dst.H;
+  at::parallel_for(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) depthwise_row(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+  });
+}
+
+void run_epilogue(const Epilogue& e) {
+  const int64_t blocks = round_up(e.dst.C) / kBlock, P = e.dst.pixels();
+  const int64_t tiles = (P + kTile - 1) / kTile;
+  const int64_t items = e.dst.N * blocks * tiles;
+  at::parallel_for(0, items, 16, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) {
+      const int64_t tile = i % tiles, g = (i / tiles) % blocks, n = i / (tiles * blocks);
+      epilogue_tile(e, n, g, tile * kTile, std::min(kTile, P - tile * kTile));
+    }
+  });
+}
+
+// Image (N×3×H×W, NCHW, 0..255) → normalised image (plain NCHW or NHWC): one pass.
+void run_normalize(const float* x, const View& out, const float* scale, const float* shift) {
+  const int64_t P = out.pixels(), C = out.C;
+  if (out.fmt == View::Fmt::Nchw) {
+    at::parallel_for(0, out.N * C, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float s = scale[i % C], h = shift[i % C];
+        const float* src = x + i * P;
+        float* dst = out.data + i * P;
+        for (int64_t p = 0; p < P; ++p) dst[p] = src[p] * s + h;
+      }
+    });
+    return;
+  }
+  at::parallel_for(0, out.N * out.H, 8, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / out.H, y = r % out.H;
+      float* dst = out.data + (n * P + y * out.W) * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float* src = x + (n * C + c) * P + y * out.W;
+        const float s = scale[c], h = shift[c];
+        for (int64_t p = 0; p < out.W; ++p) dst[p * C + c] = src[p] * s + h;
+      }
+    }
+  });
+}
+
+// PyTorch's bilinear source index (align_corners = false): i0, i1 and the weight of i1.
+struct Taps {
+  std::vector<int64_t> i0, i1;
+  std::vector<float> w1;
+};
+Taps taps(int64_t in, int64_t out) {
+  Taps t;
+  const float scale = static_cast<float>(in) / static_cast<float>(out);
+  for (int64_t d = 0; d < out; ++d) {
+    float s = scale * (static_cast<float>(d) + 0.5f) - 0.5f;
+    if (s < 0.f) s = 0.f;
+    int64_t a = std::min(static_cast<int64_t>(s), in - 1);
+    t.i0.push_back(a);
+    t.i1.push_back(a + (a < in - 1 ? 1 : 0));
+    t.w1.push_back(s - static_cast<float>(a));
+  }
+  return t;
+}
+
+// Final bilinear resize, blocked value → N×K×H×W logits in channels_last (NHWC) memory.
+struct OutputResize {
+  View src;
+  int64_t H = 0, W = 0;
+  Taps th, tw;
+};
+
+LIGHTSEG_MULTIVERSION
+void output_row(const OutputResize& r, float* out, int64_t n, int64_t y) {
+  const int64_t K = r.src.C, blocks = round_up(K) / kBlock, sw = r.src.W;
+  const float wy1 = r.th.w1[y], wy0 = 1.f - wy1;
+  float* o = out + (n * r.H + y) * r.W * K;
+  for (int64_t g = 0; g < blocks; ++g) {
+    const float* base = r.src.block(n, g);
+    const float* row0 = base + r.th.i0[y] * sw * kBlock;
+    const float* row1 = base + r.th.i1[y] * sw * kBlock;
+    const int64_t c0 = g * kBlock, nc = std::min<int64_t>(kBlock, K - c0);
+    for (int64_t x = 0; x < r.W; ++x) {
+      const float wx1 = r.tw.w1[x], wx0 = 1.f - wx1;
+      const int64_t i0 = r.tw.i0[x] * kBlock, i1 = r.tw.i1[x] * kBlock;
+      const v16 v = wy0 * (wx0 * load(row0 + i0) + wx1 * load(row0 + i1)) +
+                    wy1 * (wx0 * load(row1 + i0) + wx1 * load(row1 + i1));
+      if (nc == kBlock || (blocks == 1 && x + 1 < r.W)) {
+        store(o + x * K + c0, v);  // K < 16: the extra lanes land on the next pixel, written next
+      } else {
+        float tmp[kBlock];
+        store(tmp, v);
+        std::memcpy(o + x * K + c0, tmp, sizeof(float) * nc);
+      }
+    }
+  }
+}
+
+void run_output_resize(const OutputResize& r, float* out) {
+  at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) output_row(r, out, i / r.H, i % r.H);
+  });
+}
+
+// Per-channel array padded to whole blocks with zeros.
+torch::Tensor padded(const torch::Tensor& t, int64_t c) {
+  auto r = torch::zeros({round_up(c)}, torch::kFloat32);
+  if (t.defined()) r.slice(0, 0, c).copy_(t.to(torch::kCPU, torch::kFloat32).flatten());
+  return r;
+}
+
+class Plan {
+ public:
+  Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W);
+  ~Plan();
+  void report() {  // TEMPORARY
+    if (prof_runs_ == 0) return;
+    double tot = 0;
+    for (size_t i = 0; i < prof_.size(); ++i) {
+      std::fprintf(stderr, "%8.3f ms  %s\n", prof_[i] / prof_runs_, labels_[i].c_str());
+      tot += prof_[i] / prof_runs_;
+    }
+    std::fprintf(stderr, "%8.3f ms  total\n", tot);
+    size_t bytes = 0;
+    for (auto& t : storage_) bytes += t.floats * 4;
+    std::fprintf(stderr, "buffers: %zu, %.1f MB\n", storage_.size(), bytes / 1e6);
+  }
+  std::vector<double> prof_;
+  int prof_runs_ = 0;
+  torch::Tensor run(const torch::Tensor& images, dnnl::stream& strm);
+
+ private:
+  using Step = std::function<void(dnnl::stream&)>;
+  float* alloc(size_t floats);
+  void release(float* p, size_t floats);
+
+  const FusedNetwork& f_;
+  const dnnl::engine& eng_;
+  int64_t N_, H_, W_;
+  std::vector<View> views_;
+  std::vector<Step> steps_;
+  std::vector<std::string> labels_;                    // per step, for profiles
+  struct Buffer {
+    std::unique_ptr<float, void (*)(void*)> data;
+    size_t floats;
+  };
+  std::vector<Buffer> storage_;                        // every buffer, kept between calls
+  std::multimap<size_t, float*> free_;                 // released buffers by size (in release order)
+  std::vector<std::unique_ptr<Epilogue>> epilogues_;   // referenced by steps
+  std::vector<torch::Tensor> params_;                  // padded per-channel arrays
+  const float* input_ = nullptr;                       // set per call
+  float* output_ = nullptr;                            // set per call
+};
+
+// Reuses the smallest released buffer that is large enough (of those, the most recently
+// released: the one most likely still in cache); else a new zeroed buffer in 2 MiB pages
+// (transparent huge pages where the kernel offers them on request: fewer TLB misses).
+float* Plan::alloc(size_t floats) {
+  auto it = free_.lower_bound(floats);
+  if (it != free_.end()) {
+    auto last = free_.upper_bound(it->first);
+    auto pick = std::prev(last);
+    float* p = pick->second;
+    free_.erase(pick);
+    return p;
+  }
+  constexpr size_t kPage = size_t{2} << 20;
+  const size_t bytes = (floats * sizeof(float) + kPage - 1) / kPage * kPage;
+  void* p = std::aligned_alloc(kPage, bytes);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  std::memset(p, 0, bytes);
+  storage_.push_back({std::unique_ptr<float, void (*)(void*)>(static_cast<float*>(p), std::free), bytes / sizeof(float)});
+  return static_cast<float*>(p);
+}
+
+void Plan::release(float* p, size_t floats) {
+  for (const auto& b : storage_)
+    if (b.data.get() == p) floats = b.floats;  // its capacity
+  free_.emplace(floats, p);
+}
+
+Plan::~Plan() {
+  report();  // TEMPORARY
+}
+
+Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W)
+    : f_(f), eng_(eng), N_(N), H_(H), W_(W) {
+  const auto sizes = f.value_sizes(H, W);
+  const int nv = static_cast<int>(f.num_values);
+  const int nops = static_cast<int>(f.ops.size());
+  views_.resize(nv);
+  for (int v = 0; v < nv; ++v) {
+    views_[v].N = N;
+    views_[v].C = views_[v].ctot = f.channels[v];
+    views_[v].H = sizes[v][0];
+    views_[v].W = sizes[v][1];
+  }
+  // Producer and last reader of every value.
+  std::vector<int> producer(nv, -1), last(nv, -1), readers(nv, 0);
+  for (int i = 0; i < nops; ++i) {
+    const auto& op = f.ops[i];
+    producer[op.out] = i;
+    std::vector<int> reads = op.in;
+    reads.insert(reads.end(), op.add.begin(), op.add.end());
+    if (op.residual >= 0) reads.push_back(op.residual);
+    for (int v : reads) {
+      last[v] = i;
+      ++readers[v];
+    }
+  }
+  // Concat parts written in place by their producer's pass (block-aligned offsets).
+  // (Only when every part starts on a 16-channel block; otherwise oneDNN's concat copies.)
+  std::vector<int> alias_of(nv, -1);
+  std::vector<bool> unaligned(nops, false);
+  for (int i = 0; i < nops; ++i) {
+    const auto& op = f.ops[i];
+    if (op.kind != FusedOp::Kind::Concat) continue;
+    int64_t off = 0;
+    for (int part : op.in) {
+      if (off % kBlock) unaligned[i] = true;
+      off += f.channels[part];
+    }
+    if (unaligned[i]) continue;
+    off = 0;
+    for (int part : op.in) {
+      const int p = producer[part];
+      const bool pass = p >= 0 && (f.ops[p].kind == FusedOp::Kind::Conv || f.ops[p].kind == FusedOp::Kind::Affine);
+      if (pass && readers[part] == 1 && off % kBlock == 0) {  // read by the concat only
+        alias_of[part] = op.out;
+        views_[part].coff = off;
+        views_[part].ctot = f.channels[op.out];
+      }
+      off += f.channels[part];
+    }
+  }
+  auto place = [&](int v) {  // gives value v its storage (a concat part: its concat's)
+    View& w = views_[v];
+    if (alias_of[v] >= 0) {
+      View& c = views_[alias_of[v]];
+      if (!c.data) c.data = alloc(c.floats());
+      w.data = c.data;
+    } else if (!w.data) {
+      w.data = alloc(w.floats());
+    }
+  };
+  auto param = [&](const torch::Tensor& t, int64_t c) {
+    params_.push_back(padded(t, c));
+    return params_.back().data_ptr<float>();
+  };
+  auto valid = [&](int64_t c) { return param(torch::ones({c}), c); };
+  auto add_step = [&](const std::string& label, Step fn) {
+    steps_.push_back(std::move(fn));
+    labels_.push_back(label);
+  };
+  auto add_epilogue = [&](std::unique_ptr<Epilogue> e, const std::string& label) {
+    Epilogue* p = e.get();
+    epilogues_.push_back(std::move(e));
+    add_step(label, [p](dnnl::stream&) { run_epilogue(*p); });
+  };
+  auto views_of = [&](const std::vector<int>& vs) {
+    std::vector<const View*> r;
+    for (int v : vs) r.push_back(&views_[v]);
+    return r;
+  };
+
+  for (int i = 0; i < nops; ++i) {
+    const auto& op = f.ops[i];
+    const int out = op.out;
+    const View& x = views_[op.in[0]];
+    if (i == 0) {  // normalisation: image → plain NCHW (or NHWC, see the first convolution)
+      if (op.kind != FusedOp::Kind::Affine || op.in[0] != f.input || op.act != Act::None || !op.add.empty())
+        throw std::logic_error("onednn: the operation list must start with the normalisation");
+      views_[out].fmt = View::Fmt::Nchw;
+      place(out);
+      const float* sc = param(op.weight, f.channels[out]);
+      const float* sh = param(op.bias, f.channels[out]);
+      const View* o = &views_[out];
+      add_step(op.name, [this, o, sc, sh](dnnl::stream&) { run_normalize(input_, *o, sc, sh); });
+      continue;
+    }
+    switch (op.kind) {
+      case FusedOp::Kind::Conv: {
+        const int64_t O = op.weight.size(0), I = op.weight.size(1), kh = op.weight.size(2), kw = op.weight.size(3);
+        const int64_t G = op.groups;
+        if (G > 1 && G == O && G == x.C && I == 1 && kh <= 16 && x.fmt == View::Fmt::Blocked) {  // depthwise: ours
+          place(out);
+          auto c = std::make_shared<DepthwiseConv>();
+          c->e.src = x;
+          c->e.dst = views_[out];
+          c->e.act = op.act;
+          if (op.act == Act::PReLU) c->e.slopes = param(op.slopes, O);
+          if (op.residual >= 0) c->e.residual = &views_[op.residual];
+          c->e.adds = views_of(op.add);
+          c->e.valid = valid(O);
+          const int64_t blocks = round_up(O) / kBlock;
+          auto w = op.weight.to(torch::kCPU, torch::kFloat32).reshape({O, kh, kw});
+          {  // [blocks·16][kh][kw] → [blocks][kh][kw][16]
+            auto t = torch::zeros({blocks * kBlock, kh, kw});
+            t.slice(0, 0, O).copy_(w);
+            c->weight = t.view({blocks, kBlock, kh, kw}).permute({0, 2, 3, 1}).contiguous();
+          }
+          c->bias = padded(op.bias, O);
+          c->kh = kh;
+          c->kw = kw;
+          c->sh = op.stride[0];
+          c->sw = op.stride[1];
+          c->ph = op.padding[0];
+          c->pw = op.padding[1];
+          c->dh = op.dilation[0];
+          c->dw = op.dilation[1];
+          add_step(op.name + " (depthwise+pass)", [c](dnnl::stream&) { run_depthwise(*c); });
+          break;
+        }
+        const bool pass = op.act == Act::PReLU || op.residual >= 0 || !op.add.empty() || alias_of[out] >= 0;
+        place(out);
+        View& y = views_[out];
+        // Destination of the convolution itself: the value's buffer (the pass then runs in
+        // place), or a scratch buffer when the value is a concat part at an offset.
+        View cdst = y;
+        cdst.coff = 0;
+        cdst.ctot = y.C;
+        float* scratch = nullptr;
+        if (alias_of[out] >= 0) cdst.data = scratch = alloc(cdst.floats());
+        dims wd = G == 1 ? dims{O, I, kh, kw} : dims{G, O / G, I, kh, kw};
+        dnnl::memory::desc wmd(wd, dtype::f32, G == 1 ? tag::oihw : tag::goihw);
+        const int64_t ph = op.padding[0], pw = op.padding[1];
+        const int64_t rh = (y.H - 1) * op.stride[0] + (kh - 1) * op.dilation[0] + 1 - x.H - ph;
+        const int64_t rw = (y.W - 1) * op.stride[1] + (kw - 1) * op.dilation[1] + 1 - x.W - pw;
+        dnnl::primitive_attr attr;
+        if (!pass && (op.act == Act::ReLU || op.act == Act::Sigmoid)) {
+          dnnl::post_ops po;
+          po.append_eltwise(1.f, op.act == Act::ReLU ? dnnl::algorithm::eltwise_relu : dnnl::algorithm::eltwise_logistic,
+                            0.f, 0.f);
+          attr.set_post_ops(po);
+        }
+        auto w_plain = op.weight.to(torch::kCPU, torch::kFloat32).contiguous();
+        dnnl::memory wsrc(wmd, eng_, w_plain.data_ptr());
+        params_.push_back(op.bias.to(torch::kCPU, torch::kFloat32).contiguous().clone());
+        dnnl::memory bmem(dnnl::memory::desc({O}, dtype::f32, tag::x), eng_, params_.back().data_ptr());
+        dnnl::memory dmem(cdst.desc(), eng_, cdst.data);
+        // Candidates, chosen by measuring them here once: the direct algorithm; Winograd for
+        // dense 3×3 stride-1 convolutions; for the first convolution also an NHWC input.
+        struct Candidate {
+          dnnl::convolution_forward prim;
+          dnnl::memory src, weights;
+          torch::Tensor wbuf;
+          View::Fmt fmt;
+          std::string impl;
+          double seconds = 1e30;
+        };
+        std::vector<Candidate> cands;
+        auto add_candidate = [&](dnnl::algorithm alg, View::Fmt fmt) {
+          View xs = x;
+          xs.fmt = fmt;
+          try {
+            dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, xs.desc(),
+                                              dnnl::memory::desc(wd, dtype::f32, tag::any), bmem.get_desc(),
+                                              cdst.desc(), {op.stride[0], op.stride[1]},
+                                              {op.dilation[0] - 1, op.dilation[1] - 1}, {ph, pw}, {rh, rw});
+            dnnl::convolution_forward::primitive_desc pd(d, attr, eng_);
+            Candidate c;
+            c.impl = pd.impl_info_str();
+            c.fmt = fmt;
+            c.wbuf = torch::empty({static_cast<int64_t>(pd.weights_desc().get_size() / sizeof(float)) + 1});
+            c.weights = dnnl::memory(pd.weights_desc(), eng_, c.wbuf.data_ptr());
+            dnnl::stream s(eng_);
+            dnnl::reorder(wsrc, c.weights).execute(s, wsrc, c.weights);
+            s.wait();
+            c.src = dnnl::memory(xs.desc(), eng_, x.data);
+            c.prim = dnnl::convolution_forward(pd);
+            cands.push_back(std::move(c));
+          } catch (const dnnl::error&) {
+            // this algorithm / format is not offered for this shape
+          }
+        };
+        add_candidate(dnnl::algorithm::convolution_direct, x.fmt);
+        if (G == 1 && kh == 3 && kw == 3 && op.stride[0] == 1 && op.stride[1] == 1 && op.dilation[0] == 1 &&
+            op.dilation[1] == 1 && x.fmt == View::Fmt::Blocked)
+          add_candidate(dnnl::algorithm::convolution_winograd, x.fmt);
+        if (x.fmt != View::Fmt::Blocked) add_candidate(dnnl::algorithm::convolution_direct, View::Fmt::Nhwc);
+        if (cands.empty()) throw std::runtime_error("onednn: no convolution for " + op.name);
+        if (cands.size() > 1) {
+          dnnl::stream s(eng_);
+          for (auto& c : cands) {
+            std::unordered_map<int, dnnl::memory> args{
+                {DNNL_ARG_SRC, c.src}, {DNNL_ARG_WEIGHTS, c.weights}, {DNNL_ARG_BIAS, bmem}, {DNNL_ARG_DST, dmem}};
+            c.prim.execute(s, args);
+            s.wait();
+            for (int r = 0; r < 3; ++r) {
+              auto t0 = std::chrono::steady_clock::now();
+              c.prim.execute(s, args);
+              s.wait();
+              c.seconds = std::min(c.seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+          }
+        }
+        auto best = std::min_element(cands.begin(), cands.end(),
+                                     [](const Candidate& a, const Candidate& b) { return a.seconds < b.seconds; });
+        views_[op.in[0]].fmt = best->fmt;  // the first convolution picks the normalised image's format
+        params_.push_back(best->wbuf);
+        auto prim = best->prim;
+        auto smem = best->src, wmem = best->weights;
+        add_step(op.name + " (" + best->impl + ")", [prim, smem, wmem, bmem, dmem](dnnl::stream& s) {
+          prim.execute(s, {{DNNL_ARG_SRC, smem}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_BIAS, bmem}, {DNNL_ARG_DST, dmem}});
+        });
+        if (pass) {
+          auto e = std::make_unique<Epilogue>();
+          e->src = cdst;
+          e->dst = y;
+          e->act = op.act;
+          if (op.act == Act::PReLU) e->slopes = param(op.slopes, O);
+          if (op.residual >= 0) e->residual = &views_[op.residual];
+          e->adds = views_of(op.add);
+          e->valid = valid(O);
+          add_epilogue(std::move(e), op.name + " (pass)");
+        }
+        if (scratch) release(scratch, cdst.floats());
+        break;
+      }
+      case FusedOp::Kind::Affine: {
+        place(out);
+        auto e = std::make_unique<Epilogue>();
+        e->src = x;
+        e->dst = views_[out];
+        e->scale = param(op.weight, x.C);
+        e->shift = param(op.bias, x.C);
+        e->act = op.act;
+        if (op.act == Act::PReLU) e->slopes = param(op.slopes, x.C);
+        e->adds = views_of(op.add);
+        e->valid = valid(x.C);
+        add_epilogue(std::move(e), op.name + " (pass)");
+        break;
+      }
+      case FusedOp::Kind::MaxPool: {  // 2×2 stride 2, ceil mode: right/bottom padding never wins a max
+        place(out);
+        const View& y = views_[out];
+        View py = y;
+        py.coff = 0;
+        py.ctot = y.C;
+        float* scratch = nullptr;
+        if (alias_of[out] >= 0 || !op.add.empty()) py.data = scratch = alloc(py.floats());
+        const int64_t rh = (y.H - 1) * 2 + 2 - x.H, rw = (y.W - 1) * 2 + 2 - x.W;
+        dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, x.desc(),
+                                      py.desc(), {2, 2}, {2, 2}, {0, 0}, {rh, rw});
+        dnnl::pooling_forward::primitive_desc pd(d, eng_);
+        dnnl::memory smem(x.desc(), eng_, x.data), dmem(py.desc(), eng_, py.data);
+        dnnl::pooling_forward prim(pd);
+        add_step(op.name, [prim, smem, dmem](dnnl::stream& s) {
+          prim.execute(s, {{DNNL_ARG_SRC, smem}, {DNNL_ARG_DST, dmem}});
+        });
+        if (scratch) {
+          auto e = std::make_unique<Epilogue>();
+          e->src = py;
+          e->dst = y;
+          e->adds = views_of(op.add);
+          e->valid = valid(y.C);
+          add_epilogue(std::move(e), op.name + " (pass)");
+          release(scratch, py.floats());
+        }
+        break;
+      }
+      case FusedOp::Kind::Concat: {
+        place(out);
+        if (unaligned[i]) {
+          std::vector<dnnl::memory::desc> srcs;
+          std::unordered_map<int, dnnl::memory> args;
+          for (size_t k = 0; k < op.in.size(); ++k) {
+            const View& p = views_[op.in[k]];
+            srcs.push_back(p.desc());
+            args.emplace(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), dnnl::memory(p.desc(), eng_, p.data));
+          }
+          dnnl::concat::primitive_desc pd(views_[out].desc(), 1, srcs, eng_);
+          args.emplace(DNNL_ARG_DST, dnnl::memory(views_[out].desc(), eng_, views_[out].data));
+          dnnl::concat prim(pd);
+          add_step(op.name, [prim, args](dnnl::stream& s) { prim.execute(s, args); });
+        }
+        int64_t off = 0;
+        for (int part : op.in) {
+          if (!unaligned[i] && alias_of[part] != out) {  // copy this part into its channels
+            auto e = std::make_unique<Epilogue>();
+            e->src = views_[part];
+            e->dst = views_[out];
+            e->dst.C = views_[part].C;
+            e->dst.coff = off;
+            e->valid = valid(views_[part].C);
+            add_epilogue(std::move(e), op.name + " (pass)");
+          }
+          off += f.channels[part];
+        }
+        if (!op.add.empty()) {
+          auto e = std::make_unique<Epilogue>();
+          e->src = e->dst = views_[out];
+          e->adds = views_of(op.add);
+          e->valid = valid(views_[out].C);
+          add_epilogue(std::move(e), op.name + " (pass)");
+        }
+        break;
+      }
+      case FusedOp::Kind::Resize: {
+        if (out == f.output) {  // straight into the caller's logits (channels_last)
+          if (!op.add.empty()) throw std::logic_error("onednn: additions on the output resize");
+          auto r = std::make_shared<OutputResize>();
+          r->src = x;
+          r->H = views_[out].H;
+          r->W = views_[out].W;
+          r->th = taps(x.H, r->H);
+          r->tw = taps(x.W, r->W);
+          add_step(op.name, [this, r](dnnl::stream&) { run_output_resize(*r, output_); });
+          break;
+        }
+        place(out);
+        const View& y = views_[out];
+        if (y.H == x.H && y.W == x.W) {
+          auto e = std::make_unique<Epilogue>();
+          e->src = x;
+          e->dst = y;
+          e->adds = views_of(op.add);
+          e->valid = valid(y.C);
+          add_epilogue(std::move(e), op.name + " (pass)");
+          break;
+        }
+        View ry = y;
+        ry.coff = 0;
+        ry.ctot = y.C;
+        float* scratch = nullptr;
+        if (alias_of[out] >= 0) ry.data = scratch = alloc(ry.floats());
+        dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::resampling_linear,
+                                         x.desc(), ry.desc());
+        dnnl::resampling_forward::primitive_desc pd(d, eng_);
+        dnnl::memory smem(x.desc(), eng_, x.data), dmem(ry.desc(), eng_, ry.data);
+        dnnl::resampling_forward prim(pd);
+        add_step(op.name, [prim, smem, dmem](dnnl::stream& s) {
+          prim.execute(s, {{DNNL_ARG_SRC, smem}, {DNNL_ARG_DST, dmem}});
+        });
+        if (!op.add.empty() || scratch) {
+          auto e = std::make_unique<Epilogue>();
+          e->src = ry;
+          e->dst = y;
+          e->adds = views_of(op.add);
+          e->valid = valid(y.C);
+          add_epilogue(std::move(e), op.name + " (pass)");
+        }
+        if (scratch) release(scratch, ry.floats());
+        break;
+      }
+      case FusedOp::Kind::MulAdd: {
+        place(out);
+        auto e = std::make_unique<Epilogue>();
+        e->src = x;
+        e->dst = views_[out];
+        e->mul = &views_[op.in[1]];
+        if (e->mul->C != 1) throw std::logic_error("onednn: MulAdd expects a one-channel multiplier");
+        e->adds = views_of(op.add);
+        e->valid = valid(x.C);
+        add_epilogue(std::move(e), op.name + " (pass)");
+        break;
+      }
+    }
+    // Release what this operation read for the last time (concat parts go with their concat).
+    auto drop = [&](int v) {
+      if (last[v] != i || v == f.input || alias_of[v] >= 0 || !views_[v].data) return;
+      release(views_[v].data, views_[v].floats());
+    };
+    std::vector<int> reads = op.in;
+    reads.insert(reads.end(), op.add.begin(), op.add.end());
+    if (op.residual >= 0) reads.push_back(op.residual);
+    std::sort(reads.begin(), reads.end());
+    reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+    for (int v : reads) drop(v);
+  }
+  if (f.ops.back().out != f.output || f.ops.back().kind != FusedOp::Kind::Resize)
+    throw std::logic_error("onednn: the operation list must end with the output resize");
+}
+
+torch::Tensor Plan::run(const torch::Tensor& images, dnnl::stream& strm) {
+  const int64_t K = f_.channels[f_.output];
+  auto out = torch::empty({N_, K, H_, W_}, torch::TensorOptions().dtype(torch::kFloat32).memory_format(
+                                               torch::MemoryFormat::ChannelsLast));
+  input_ = images.data_ptr<float>();
+  output_ = out.data_ptr<float>();
+  static const bool prof = std::getenv("LIGHTSEG_PROFILE_TMP") != nullptr;  // TEMPORARY
+  if (prof) {
+    if (prof_.empty()) prof_.assign(steps_.size(), 0.0);
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      steps_[i](strm);
+      strm.wait();
+      prof_[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ++prof_runs_;
+    return out;
+  }
+  for (auto& s : steps_) s(strm);
+  strm.wait();
+  return out;
+}
+
+class Engine : public InferenceEngine {
+ public:
+  explicit Engine(const FusedNetwork& f) : f_(to(f, torch::kCPU)), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+    for (auto& op : f_.ops)  // the plans read plain OIHW weights
+      if (op.weight.defined()) op.weight = op.weight.contiguous();
+  }
+  torch::Tensor logits(const torch::Tensor& images) override {
+    if (images.dim() != 4 || images.size(1) != f_.channels[f_.input])
+      throw std::invalid_argument("network input must be N×3×H×W, got " + c10::str(images.sizes()));
+    if (images.size(2) < 32 || images.size(3) < 32)
+      throw std::invalid_argument("network input must be at least 32×32, got " + std::to_string(images.size(2)) +
+                                  "×" + std::to_string(images.size(3)));
+    c10::InferenceMode guard;
+    auto x = images.to(torch::kCPU, torch::kFloat32).contiguous();
+    const auto key = std::make_tuple(x.size(0), x.size(2), x.size(3));
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      if (plans_.size() >= 4) plans_.clear();  // a few shapes at a time (each holds its buffers)
+      it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3))).first;
+    }
+    return it->second->run(x, strm_);
+  }
+  std::string backend() const override { return "onednn"; }
+  torch::Device device() const override { return torch::kCPU; }
+
+ private:
+  FusedNetwork f_;
+  dnnl::engine eng_;
+  dnnl::stream strm_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace onednn
+
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f) {
+  return std::make_unique<onednn::Engine>(f);
+}
+
+#endif  // LIGHTSEG_HAVE_DNNL
+
+}  // namespace lightseg

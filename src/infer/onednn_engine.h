@@ -1,0 +1,16 @@
+// The oneDNN inference backend (internal): the fused operation list compiled per input shape.
+#pragma once
+
+#include <memory>
+
+#include "lightseg/engine.h"
+#include "lightseg/fused_network.h"
+
+namespace lightseg {
+
+// False when the library was built without libdnnl.
+bool onednn_available();
+// Throws std::runtime_error when unavailable.
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f);
+
+}  // namespace lightseg

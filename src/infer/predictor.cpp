@@ -1,0 +1,311 @@
+#include "lightseg/predictor.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "lightseg/engine.h"
+#include "lightseg/image_io.h"
+#include "lightseg/transforms.h"
+#include "lightseg/weights.h"
+
+namespace lightseg {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint32_t be16(const unsigned char* p) { return (uint32_t(p[0]) << 8) | p[1]; }
+uint32_t be32(const unsigned char* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+
+// The network needs at least 32 pixels a side (five stride-2 stages); smaller inputs are
+// upscaled for the forward pass and the logits resized back.
+constexpr int64_t kMinSide = 32;
+
+}  // namespace
+
+std::string sniff_image_kind(const void* data, size_t size) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  auto starts = [&](const char* magic, size_t n, size_t at = 0) {
+    return size >= at + n && std::memcmp(b + at, magic, n) == 0;
+  };
+  switch (sniff_format(data, size)) {
+    case ImageFormat::PNG: return "PNG";
+    case ImageFormat::JPEG: return "JPEG";
+    default: break;
+  }
+  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "GIF";
+  if (starts("RIFF", 4) && starts("WEBP", 4, 8)) return "WebP";
+  if (starts("II*\0", 4) || starts("MM\0*", 4)) return "TIFF";
+  if (starts("ftyp", 4, 4)) return "HEIF/AVIF";
+  if (starts("BM", 2) && size >= 18) {
+    const uint32_t dib = b[14] | (b[15] << 8) | (b[16] << 16) | (uint32_t(b[17]) << 24);
+    if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 || dib == 124) return "BMP";
+  }
+  return "";
+}
+
+ImageSize peek_image_size(const void* data, size_t size) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  switch (sniff_format(data, size)) {
+    case ImageFormat::PNG:
+      // signature (8), chunk length (4), "IHDR", width, height — all big-endian
+      if (size >= 24 && std::memcmp(b + 12, "IHDR", 4) == 0) return {int64_t(be32(b + 16)), int64_t(be32(b + 20))};
+      return {};
+    case ImageFormat::JPEG: {
+      size_t pos = 2;
+      while (pos + 4 <= size) {
+        if (b[pos] != 0xFF) return {};  // not at a marker: corrupt
+        while (pos < size && b[pos] == 0xFF) ++pos;  // fill bytes
+        if (pos >= size) return {};
+        const unsigned char m = b[pos++];
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // markers without a segment
+        if (m == 0xD9 || m == 0xDA || pos + 2 > size) return {};  // EOI / scan data before any frame
+        const uint32_t len = be16(b + pos);
+        // SOF0..SOF15 except DHT (C4), JPG (C8), DAC (CC): length, precision, height, width
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+          if (pos + 7 > size) return {};
+          return {int64_t(be16(b + pos + 5)), int64_t(be16(b + pos + 3))};
+        }
+        if (len < 2) return {};
+        pos += len;
+      }
+      return {};
+    }
+    default: return {};
+  }
+}
+
+struct Predictor::Impl {
+  PredictorOptions opt;
+  std::string weights_path;
+  ModelMeta meta;
+  NetworkConfig config;
+  int64_t params = 0;
+  std::string backend;
+
+  // The engine pool: one worker thread per engine takes forward passes from a shared queue.
+  // Callers block on their task's future. All heavy LibTorch work thus runs on these few
+  // threads (one OpenMP team each), however many threads call the predictor.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::deque<std::function<void(InferenceEngine&)>> tasks;
+  std::vector<std::unique_ptr<InferenceEngine>> engines;
+  std::vector<std::thread> workers;
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    for (auto& w : workers) w.join();
+  }
+
+  void init(const Network& net, const ModelMeta& m) {
+    if (opt.engines < 1) throw std::invalid_argument("a predictor needs at least 1 engine, got " + std::to_string(opt.engines));
+    if (opt.max_pixels < 0) throw std::invalid_argument("max_pixels must be ≥ 0, got " + std::to_string(opt.max_pixels));
+    config = net->config();
+    meta = m;
+    if (meta.class_names.empty() && meta.palette.empty()) {
+      ModelMeta g = ModelMeta::generic(config.num_classes);
+      meta.class_names = g.class_names;
+      meta.palette = g.palette;
+    }
+    meta.check(config.num_classes);
+    if (config.num_classes > 255)
+      throw std::invalid_argument("label maps are 8-bit: at most 255 classes, the model has " +
+                                  std::to_string(config.num_classes));
+    params = count_parameters(*net);
+    torch::Device dev(opt.device);
+    if (dev.is_cuda() && !torch::cuda::is_available())
+      throw std::runtime_error("device '" + opt.device + "': no CUDA device available");
+    for (int i = 0; i < opt.engines; ++i) engines.push_back(make_engine(net, meta, opt.backend, dev));
+    backend = engines.front()->backend();
+    for (auto& e : engines) workers.emplace_back([this, eng = e.get()] { work(*eng); });
+  }
+
+  void work(InferenceEngine& engine) {
+    // This thread's OpenMP team size follows LibTorch's setting (init_runtime / --threads);
+    // without this, a backend calling oneDNN/OpenMP directly would use every core.
+    at::init_num_threads();
+    for (;;) {
+      std::function<void(InferenceEngine&)> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || !tasks.empty(); });
+        if (tasks.empty()) return;
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      task(engine);
+    }
+  }
+
+  // Runs f(engine) on the next free engine's thread and returns its result (or rethrows).
+  template <class R>
+  R on_engine(const std::function<R(InferenceEngine&)>& f) {
+    std::packaged_task<R(InferenceEngine&)> job(f);
+    auto result = job.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tasks.emplace_back([&job](InferenceEngine& e) { job(e); });
+    }
+    cv.notify_one();
+    return result.get();
+  }
+
+  // images: H×W×C uint8 (checked), all the same size → labels N×H×W uint8 (+ confidence N×H×W float).
+  std::pair<torch::Tensor, torch::Tensor> run(const std::vector<torch::Tensor>& images, bool want_conf) {
+    using Out = std::pair<torch::Tensor, torch::Tensor>;
+    return on_engine<Out>([&](InferenceEngine& engine) -> Out {
+      c10::InferenceMode guard;
+      std::vector<torch::Tensor> chw;
+      for (const auto& im : images) chw.push_back(to_rgb_chw_float(im));
+      torch::Tensor x = torch::stack(chw);
+      const int64_t H = x.size(2), W = x.size(3);
+      if (H < kMinSide || W < kMinSide) x = resize_image(x, std::max(H, kMinSide), std::max(W, kMinSide));
+      torch::Tensor logits = engine.logits(x).to(torch::kCPU, torch::kFloat32);
+      if (logits.size(2) != H || logits.size(3) != W)
+        logits = torch::nn::functional::interpolate(
+            logits, torch::nn::functional::InterpolateFuncOptions()
+                        .size(std::vector<int64_t>{H, W})
+                        .mode(torch::kBilinear)
+                        .align_corners(false));
+      if (!want_conf) return {logits.argmax(1).to(torch::kUInt8), torch::Tensor()};
+      auto [p, idx] = torch::softmax(logits, 1).max(1);
+      return {idx.to(torch::kUInt8), p.contiguous()};
+    });
+  }
+};
+
+Predictor::Predictor(const PredictorOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = options;
+  std::string path = options.weights;
+  if (path.empty()) {
+    path = default_weights_path();
+    if (path.empty())
+      throw std::runtime_error("no weights file given and no shipped default weights found "
+                               "(models/camvid.lsw; LIGHTSEG_MODELS may name its folder)");
+  }
+  ModelMeta meta;
+  Network net = load_network(path, &meta);
+  impl_->weights_path = path;
+  impl_->init(net, meta);
+}
+
+Predictor::Predictor(const Network& net, const ModelMeta& meta, const PredictorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->opt = options;
+  impl_->init(net, meta);
+}
+
+Predictor::~Predictor() = default;
+
+const ModelMeta& Predictor::meta() const { return impl_->meta; }
+const NetworkConfig& Predictor::config() const { return impl_->config; }
+int64_t Predictor::parameters() const { return impl_->params; }
+const std::string& Predictor::weights_path() const { return impl_->weights_path; }
+std::string Predictor::backend() const { return impl_->backend; }
+const PredictorOptions& Predictor::options() const { return impl_->opt; }
+
+namespace {
+torch::Tensor checked(const torch::Tensor& image) {
+  if (!image.defined()) throw std::invalid_argument("predict: undefined image tensor");
+  if (image.scalar_type() != torch::kUInt8)
+    throw std::invalid_argument("predict: expected a uint8 image, got " + std::string(c10::toString(image.scalar_type())));
+  if (image.dim() != 2 && image.dim() != 3)
+    throw std::invalid_argument("predict: expected H×W or H×W×C, got " + c10::str(image.sizes()));
+  if (image.size(0) < 1 || image.size(1) < 1)
+    throw std::invalid_argument("predict: empty image " + c10::str(image.sizes()));
+  if (image.dim() == 3 && image.size(2) != 1 && image.size(2) != 3 && image.size(2) != 4)
+    throw std::invalid_argument("predict: expected 1, 3 or 4 channels, got " + std::to_string(image.size(2)));
+  return image.to(torch::kCPU);
+}
+}  // namespace
+
+Prediction Predictor::predict(const torch::Tensor& image, bool confidence) const {
+  auto x = checked(image);
+  auto t0 = std::chrono::steady_clock::now();
+  auto [labels, conf] = impl_->run({x}, confidence);
+  Prediction p;
+  p.inference_ms = ms_since(t0);
+  p.labels = labels[0];
+  if (confidence) p.confidence = conf[0];
+  return p;
+}
+
+std::vector<Prediction> Predictor::predict_batch(const std::vector<torch::Tensor>& images, bool confidence) const {
+  std::vector<torch::Tensor> imgs;
+  imgs.reserve(images.size());
+  for (const auto& im : images) imgs.push_back(checked(im));
+  // Equally sized images share one forward pass.
+  std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> groups;
+  for (size_t i = 0; i < imgs.size(); ++i) groups[{imgs[i].size(0), imgs[i].size(1)}].push_back(i);
+  std::vector<Prediction> out(images.size());
+  for (const auto& [hw, idx] : groups) {
+    std::vector<torch::Tensor> xs;
+    for (size_t i : idx) xs.push_back(imgs[i]);
+    auto t0 = std::chrono::steady_clock::now();
+    auto [labels, conf] = impl_->run(xs, confidence);
+    const double ms = ms_since(t0) / idx.size();
+    for (size_t k = 0; k < idx.size(); ++k) {
+      auto& p = out[idx[k]];
+      p.labels = labels[k];
+      if (confidence) p.confidence = conf[k];
+      p.inference_ms = ms;
+    }
+  }
+  return out;
+}
+
+void Predictor::check_encoded(const void* data, size_t size, const std::string& what) const {
+  using K = InputError::Kind;
+  if (size == 0) throw InputError(K::Empty, what + ": empty input (no image data)");
+  const std::string kind = sniff_image_kind(data, size);
+  if (kind.empty()) throw InputError(K::NotAnImage, what + ": not an image (expected PNG or JPEG)");
+  if (kind != "PNG" && kind != "JPEG")
+    throw InputError(K::Unsupported, what + ": " + kind + " images are not supported (expected PNG or JPEG)");
+  if (impl_->opt.max_pixels > 0) {
+    const ImageSize s = peek_image_size(data, size);
+    if (s.width * s.height > impl_->opt.max_pixels)
+      throw InputError(K::TooLarge, what + ": " + std::to_string(s.width) + "×" + std::to_string(s.height) + " = " +
+                                        std::to_string(s.width * s.height) + " pixels, more than the limit of " +
+                                        std::to_string(impl_->opt.max_pixels));
+  }
+}
+
+Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what) const {
+  check_encoded(data, size, what);
+  auto t0 = std::chrono::steady_clock::now();
+  torch::Tensor img;
+  try {
+    img = decode_image(data, size, what);
+  } catch (const std::runtime_error& e) {
+    throw InputError(InputError::Kind::Corrupt, e.what());
+  }
+  // The header may lie about the size (checked above); the decoded image may not.
+  if (impl_->opt.max_pixels > 0 && img.size(0) * img.size(1) > impl_->opt.max_pixels)
+    throw InputError(InputError::Kind::TooLarge, what + ": more than " + std::to_string(impl_->opt.max_pixels) + " pixels");
+  const double decode_ms = ms_since(t0);
+  Prediction p = predict(img, confidence);
+  p.image = img;
+  p.decode_ms = decode_ms;
+  return p;
+}
+
+Prediction Predictor::predict_file(const std::string& path, bool confidence) const {
+  std::string bytes = read_file(path);
+  return predict_encoded(bytes.data(), bytes.size(), confidence, "'" + path + "'");
+}
+
+}  // namespace lightseg

@@ -1,0 +1,403 @@
+// lightseg serve: the HTTP service (cpp-httplib). See include/lightseg/serve.h.
+#include "lightseg/serve.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "lightseg/image_io.h"
+#include "lightseg/palette.h"
+#include "lightseg/predictor.h"
+#include "serve/http.h"
+
+namespace lightseg {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string base64(const std::string& in) {
+  static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    out += tbl[v >> 18];
+    out += tbl[(v >> 12) & 63];
+    out += tbl[(v >> 6) & 63];
+    out += tbl[v & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
+    out += tbl[v >> 18];
+    out += tbl[(v >> 12) & 63];
+    out += i + 1 < in.size() ? tbl[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  res.set_content(nlohmann::json{{"error", message}, {"status", status}}.dump(), "application/json");
+}
+
+int status_for(InputError::Kind k) {
+  switch (k) {
+    case InputError::Kind::Empty: return 400;
+    case InputError::Kind::Corrupt: return 400;
+    case InputError::Kind::NotAnImage: return 415;
+    case InputError::Kind::Unsupported: return 415;
+    case InputError::Kind::TooLarge: return 413;
+  }
+  return 400;
+}
+
+// Thrown inside a handler for a 4xx answer.
+struct HttpError {
+  int status;
+  std::string message;
+};
+
+// httplib's listening socket has a backlog of 5 (fixed when Debian built the library): a burst
+// of connections would see dropped SYNs and second-long retries. Listening again on the bound
+// socket raises the backlog.
+class HttpServer : public httplib::Server {
+ public:
+  void raise_backlog(int n) {
+    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, n);
+  }
+};
+
+}  // namespace
+
+struct Server::Impl {
+  std::shared_ptr<const Predictor> pred;
+  ServerOptions opt;
+  HttpServer http;
+  std::string model_json;
+  int slots = 0;                 // engines + max_queue: requests past admission at most
+  std::atomic<int> admitted{0};  // requests past admission now
+  int port = -1;
+  std::atomic<bool> in_run{false}, stopping{false};
+  std::atomic<uint64_t> n_requests{0}, n_ok{0}, n_client{0}, n_busy{0}, n_server{0};
+
+  void log(const std::string& line) const {
+    if (opt.log) opt.log(line);
+  }
+
+  // Releases an admission slot when the request is done.
+  struct Admission {
+    std::atomic<int>& n;
+    ~Admission() { n.fetch_sub(1); }
+  };
+
+  // The image: the raw body, or a file of a multipart form (field "image", else the first file).
+  // Read through a content reader, not httplib's own body handling, which refuses
+  // form-urlencoded bodies over 8 KiB (curl --data-binary's default content type).
+  // httplib enforces max_bytes either way (413).
+  std::string read_image_body(const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) const {
+    std::string body;
+    const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+    if (!req.has_header("Content-Length") && !chunked) return body;  // no body at all
+    // httplib checks Content-Length against max_bytes, not chunked bodies: count here too. An
+    // over-size chunked body is read on and dropped (up to max_bytes more) so that the client,
+    // still sending, gets to read the 413 instead of a reset connection.
+    size_t total = 0;
+    bool too_big = false;
+    auto count = [&](size_t n) {
+      total += n;
+      too_big = too_big || total > opt.max_bytes;
+      return total <= 2 * opt.max_bytes;
+    };
+    bool ok = true;
+    if (req.is_multipart_form_data()) {
+      std::vector<httplib::MultipartFormData> parts;
+      ok = reader(
+          [&](const httplib::MultipartFormData& f) {
+            parts.push_back(f);
+            return true;
+          },
+          [&](const char* data, size_t n) {
+            if (!count(n)) return false;
+            if (!too_big) parts.back().content.append(data, n);
+            return true;
+          });
+      if (ok && !too_big) {
+        auto it = std::find_if(parts.begin(), parts.end(), [](const auto& f) { return f.name == "image"; });
+        if (it == parts.end())
+          it = std::find_if(parts.begin(), parts.end(), [](const auto& f) { return !f.filename.empty(); });
+        if (it == parts.end())
+          throw HttpError{400, "the multipart form has no file (send the image as a file field, e.g. \"image\")"};
+        body = std::move(it->content);
+      }
+    } else {
+      ok = reader([&](const char* data, size_t n) {
+        if (!count(n)) return false;
+        if (!too_big) body.append(data, n);
+        return true;
+      });
+    }
+    if (too_big && ok) throw HttpError{413, ""};  // read to the end: the connection stays usable
+    if (!ok) {
+      res.set_header("Connection", "close");  // the rest of the body was not read
+      if (too_big || res.status == 413) throw HttpError{413, ""};  // message from the error handler
+      throw HttpError{400, "the request body could not be read (malformed or interrupted upload)"};
+    }
+    return body;
+  }
+
+  void segment(const httplib::Request& req, httplib::Response& res, const std::string& image) {
+    const auto t0 = Clock::now();
+    const std::string format = req.has_param("format") ? req.get_param_value("format") : "ids";
+    if (format != "ids" && format != "color" && format != "overlay" && format != "json")
+      throw HttpError{400, "unknown format '" + format + "' (expected ids, color, overlay or json)"};
+    double alpha = 0.5;
+    if (req.has_param("alpha")) {
+      const std::string a = req.get_param_value("alpha");
+      try {
+        size_t used = 0;
+        alpha = std::stod(a, &used);
+        if (used != a.size()) throw std::invalid_argument(a);
+      } catch (const std::exception&) {
+        throw HttpError{400, "alpha must be a number in [0, 1], got '" + a + "'"};
+      }
+      if (!(alpha >= 0 && alpha <= 1)) throw HttpError{400, "alpha must be in [0, 1], got '" + a + "'"};
+    }
+    const std::string picture = req.has_param("image") ? req.get_param_value("image") : "";
+    if (!picture.empty() && picture != "overlay" && picture != "color")
+      throw HttpError{400, "image must be overlay or color, got '" + picture + "'"};
+    const std::string* body = &image;
+
+    // Cheap checks first (empty, not an image, unsupported, too many pixels): they answer even when busy.
+    pred->check_encoded(body->data(), body->size(), "request body");
+    const ImageSize size = peek_image_size(body->data(), body->size());
+    if (size.width * size.height > opt.max_pixels)
+      throw HttpError{413, "the image is " + std::to_string(size.width) + "×" + std::to_string(size.height) + " = " +
+                               std::to_string(size.width * size.height) + " pixels, more than the limit of " +
+                               std::to_string(opt.max_pixels) + " (serve --max-pixels)"};
+
+    if (admitted.fetch_add(1) >= slots) {
+      admitted.fetch_sub(1);
+      n_busy++;
+      res.set_header("Retry-After", "1");
+      throw HttpError{503, "busy: " + std::to_string(opt.max_queue) + " requests are already waiting; retry later"};
+    }
+    Admission slot{admitted};
+    if (opt.before_inference) opt.before_inference();
+    Prediction p = pred->predict_encoded(body->data(), body->size(), false, "request body");
+    const auto t1 = Clock::now();
+    const int64_t H = p.labels.size(0), W = p.labels.size(1);
+    const auto& palette = pred->meta().palette;
+    std::string out, type = "image/png";
+    if (format == "ids") {
+      out = encode_png(p.labels);
+    } else if (format == "color") {
+      out = encode_png(colorize(p.labels, palette));
+    } else if (format == "overlay") {
+      out = encode_png(overlay(p.image, p.labels, palette, alpha));
+    } else {
+      nlohmann::json j;
+      j["width"] = W;
+      j["height"] = H;
+      j["channels"] = p.image.dim() == 3 ? p.image.size(2) : 1;
+      j["classes"] = legend_json(legend(p.labels, pred->meta()));
+      j["backend"] = pred->backend();
+      if (!picture.empty()) {
+        auto pic = picture == "overlay" ? overlay(p.image, p.labels, palette, alpha) : colorize(p.labels, palette);
+        j["image"] = "data:image/png;base64," + base64(encode_png(pic));
+      }
+      const auto t2 = Clock::now();
+      j["latency_ms"] = {{"decode", p.decode_ms},
+                         {"inference", p.inference_ms},
+                         {"encode", ms_between(t1, t2)},
+                         {"total", ms_between(t0, t2)}};
+      out = j.dump();
+      type = "application/json";
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", ms_between(t0, Clock::now()));
+    res.set_header("X-Latency-Ms", buf);
+    std::snprintf(buf, sizeof buf, "%.1f", p.inference_ms);
+    res.set_header("X-Inference-Ms", buf);
+    res.set_header("X-Image-Size", std::to_string(W) + "x" + std::to_string(H));
+    res.set_content(std::move(out), type.c_str());
+  }
+
+  void setup() {
+    const PredictorOptions& po = pred->options();
+    if (opt.max_queue < 0) throw std::invalid_argument("max_queue must be ≥ 0, got " + std::to_string(opt.max_queue));
+    if (opt.max_bytes == 0) throw std::invalid_argument("max_bytes must be > 0");
+    if (opt.max_pixels <= 0) throw std::invalid_argument("max_pixels must be > 0");
+    slots = po.engines + opt.max_queue;
+    const int threads = opt.http_threads > 0 ? opt.http_threads : slots + 8;
+
+    const ModelMeta& m = pred->meta();
+    nlohmann::json pal = nlohmann::json::array();
+    for (const auto& c : m.palette) pal.push_back({c[0], c[1], c[2]});
+    std::string wname = pred->weights_path();
+    if (auto slash = wname.find_last_of('/'); slash != std::string::npos) wname = wname.substr(slash + 1);
+    model_json = nlohmann::json{
+        {"arch", m.arch},
+        {"dataset", m.dataset},
+        {"weights", wname},
+        {"num_classes", pred->config().num_classes},
+        {"classes", m.class_names},
+        {"palette", pal},
+        {"ignore_index", m.ignore_index},
+        {"normalization", {{"input", "RGB, 0..255"}, {"mean", m.mean}, {"std", m.std}, {"formula", "(x - mean) / std"}}},
+        {"parameters", pred->parameters()},
+        {"config", pred->config().to_json()},
+        {"backend", pred->backend()},
+        {"device", po.device},
+        {"limits", {{"max_bytes", opt.max_bytes}, {"max_pixels", opt.max_pixels}, {"max_queue", opt.max_queue}}},
+    }.dump();
+
+    // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
+    // server share the port silently instead of failing.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.set_payload_max_length(opt.max_bytes);
+    http.set_read_timeout(10, 0);
+    http.set_write_timeout(10, 0);
+    http.set_keep_alive_timeout(2);
+    http.set_keep_alive_max_count(100);
+
+    http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    http.Get("/v1/model", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(model_json, "application/json");
+    });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(web_page_html(), "text/html; charset=utf-8");
+    });
+    http.Post("/v1/segment",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                try {
+                  const std::string image = read_image_body(req, res, reader);
+                  segment(req, res, image);
+                } catch (const HttpError& e) {
+                  if (e.message.empty()) {
+                    res.status = e.status;  // the error handler writes the message
+                    res.body.clear();
+                  } else {
+                    send_error(res, e.status, e.message);
+                  }
+                } catch (const InputError& e) {
+                  send_error(res, status_for(e.kind()), e.what());
+                }
+              });
+    // Errors decided by httplib itself (404, 413 over max_bytes, 400 malformed requests) get a JSON body too.
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string msg;
+      switch (res.status) {
+        case 404: msg = "no such endpoint: " + req.method + " " + req.path; break;
+        case 413: msg = "request body too large (the limit is " + std::to_string(opt.max_bytes) + " bytes)"; break;
+        case 400: msg = "malformed HTTP request"; break;
+        case 405: msg = "method not allowed: " + req.method + " " + req.path; break;
+        case 414: msg = "request URI too long"; break;
+        default: msg = "HTTP error " + std::to_string(res.status); break;
+      }
+      send_error(res, res.status, msg);
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string msg = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        msg += std::string(": ") + e.what();
+      } catch (...) {
+      }
+      send_error(res, 500, msg);
+    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      n_requests++;
+      if (res.status < 400) n_ok++;
+      else if (res.status == 503) {}
+      else if (res.status < 500) n_client++;
+      else n_server++;
+      if (!opt.log) return;
+      std::string line = req.method + " " + req.path;
+      if (req.has_param("format")) line += "?format=" + req.get_param_value("format");
+      line += " " + std::to_string(res.status) + " " + std::to_string(res.body.size()) + " B";
+      if (res.has_header("X-Latency-Ms")) line += " " + res.get_header_value("X-Latency-Ms") + " ms";
+      if (res.status >= 400 && res.get_header_value("Content-Type") == "application/json") {
+        auto j = nlohmann::json::parse(res.body, nullptr, false);
+        if (j.is_object() && j.contains("error")) line += " (" + j["error"].get<std::string>() + ")";
+      }
+      log(line);
+    });
+  }
+};
+
+Server::Server(std::shared_ptr<const Predictor> predictor, ServerOptions options) : impl_(std::make_unique<Impl>()) {
+  if (!predictor) throw std::invalid_argument("Server: no predictor");
+  impl_->pred = std::move(predictor);
+  impl_->opt = std::move(options);
+  impl_->setup();
+}
+
+Server::~Server() {
+  stop();
+}
+
+int Server::bind() {
+  if (impl_->port >= 0) return impl_->port;
+  const auto& o = impl_->opt;
+  if (o.port < 0 || o.port > 65535) throw std::invalid_argument("port must be 0..65535, got " + std::to_string(o.port));
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    if (port <= 0) throw std::runtime_error("cannot listen on " + o.host + " (any port)");
+  } else if (!impl_->http.bind_to_port(o.host, port)) {
+    throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(port) +
+                             " (address in use, not permitted, or not an address of this machine)");
+  }
+  impl_->http.raise_backlog(SOMAXCONN);
+  impl_->port = port;
+  return port;
+}
+
+void Server::run() {
+  bind();
+  impl_->in_run = true;
+  if (!impl_->stopping) impl_->http.listen_after_bind();  // returns after stop(), its workers joined
+  impl_->in_run = false;
+}
+
+void Server::stop() {
+  impl_->stopping = true;
+  // run() may be between its check and httplib's start: wait until httplib runs, then stop it.
+  for (int i = 0; i < 5000 && impl_->in_run && !impl_->http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->http.stop();
+}
+
+int Server::port() const { return impl_->port; }
+
+Server::Stats Server::stats() const {
+  Stats s;
+  s.requests = impl_->n_requests;
+  s.ok = impl_->n_ok;
+  s.client_errors = impl_->n_client;
+  s.rejected_busy = impl_->n_busy;
+  s.server_errors = impl_->n_server;
+  return s;
+}
+
+}  // namespace lightseg

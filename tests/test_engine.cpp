@@ -1,0 +1,215 @@
+// The inference path (fused_network.h, engine.h) against the training-graph model.
+#include <gtest/gtest.h>
+
+#include "lightseg/engine.h"
+#include "lightseg/fused_network.h"
+#include "lightseg/transforms.h"
+
+using namespace lightseg;
+
+namespace {
+
+// A network with non-trivial BN statistics, affine parameters and PReLU slopes, so that
+// folding errors, slope mix-ups or a missed BN would show.
+Network random_net(const NetworkConfig& cfg = NetworkConfig{}, uint64_t seed = 3) {
+  torch::manual_seed(seed);
+  Network net(cfg);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : net->named_parameters()) {
+      const auto& k = p.key();
+      if (k.find("bn.weight") != std::string::npos || k.find("bn1.") != std::string::npos ||
+          k.find("bn2.") != std::string::npos)
+        p.value().uniform_(0.5, 1.5);
+      else if (k.find("bn.bias") != std::string::npos)
+        p.value().uniform_(-0.3, 0.3);
+      else if (k.find("act.weight") != std::string::npos)
+        p.value().uniform_(-0.2, 0.6);
+    }
+    net->train();
+    for (int i = 0; i < 3; ++i) net->forward(torch::randn({2, 3, 64, 96}) * 2 + 0.5);
+  }
+  net->eval();
+  return net;
+}
+
+torch::Tensor images(int64_t n, int64_t h, int64_t w, uint64_t seed = 11) {
+  torch::manual_seed(seed);
+  return torch::rand({n, 3, h, w}) * 255;
+}
+
+torch::Tensor reference(Network& net, const ModelMeta& meta, const torch::Tensor& x) {
+  torch::NoGradGuard ng;
+  return net->forward(normalize(x, meta));
+}
+
+double agreement(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.argmax(1).eq(b.argmax(1)).to(torch::kFloat64).mean().item<double>();
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+}  // namespace
+
+TEST(Fused, FoldingIsExactInDoublePrecision) {
+  // In float64 the folded list and the training graph differ only by rounding (~1e-12):
+  // the folding itself (BN into conv, normalisation, split concat + PW) is exact.
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  auto x = images(1, 75, 101);
+  net->to(torch::kFloat64);
+  torch::Tensor ref;
+  {
+    torch::NoGradGuard ng;
+    ref = net->forward(normalize(x.to(torch::kFloat64), meta));
+  }
+  auto f = to(fuse_network(net, meta), torch::kCPU, torch::kFloat64);
+  torch::Tensor got;
+  {
+    c10::InferenceMode im;
+    got = run_fused(f, x.to(torch::kFloat64));
+  }
+  ASSERT_EQ(got.sizes(), ref.sizes());
+  EXPECT_LT(max_diff(got, ref), 1e-9 * std::max(1.0, ref.abs().max().item<double>()));
+}
+
+TEST(Fused, ListFollowsTheClaims) {
+  auto net = random_net();
+  auto f = fuse_network(net, ModelMeta::camvid());
+  // No BatchNorm left: every conv has a bias, and the list starts with the normalisation.
+  EXPECT_EQ(f.ops.front().kind, FusedOp::Kind::Affine);
+  EXPECT_EQ(f.ops.front().name, "normalize");
+  int convs = 0, prelu = 0;
+  for (const auto& op : f.ops) {
+    if (op.kind != FusedOp::Kind::Conv) continue;
+    ++convs;
+    EXPECT_TRUE(op.bias.defined()) << op.name;
+    if (op.act == Act::PReLU) {
+      ++prelu;
+      EXPECT_EQ(op.slopes.numel(), op.weight.size(0)) << op.name;
+    }
+  }
+  EXPECT_GT(convs, 60);
+  EXPECT_GT(prelu, 50);
+  // The adders (C1.4, C1.6) are fused into the semantic branches' last convolution.
+  for (const auto& op : f.ops)
+    if (op.name == "semantic1.fuse" || op.name == "semantic2.fuse") {
+      ASSERT_EQ(op.add.size(), 1u);
+      EXPECT_EQ(f.channels[op.add[0]], 1);
+    }
+  EXPECT_EQ(f.channels[f.output], 11);
+  // Same MACs as the training graph's counter (the split PW of C3.4 has the same cost).
+  auto rows = profile(net, 360, 480);
+  uint64_t macs = 0;
+  for (const auto& r : rows) macs += r.macs;
+  EXPECT_EQ(static_cast<uint64_t>(f.count_macs(360, 480)), macs);
+}
+
+TEST(Engine, BackendsMatchTheTrainingGraph) {
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{360, 480}, {97, 131}, {32, 32}, {65, 33}};
+  for (const auto& backend : available_backends()) {
+    auto engine = make_engine(net, meta, backend);
+    EXPECT_EQ(engine->backend(), backend);
+    for (auto [h, w] : sizes) {
+      auto x = images(1, h, w);
+      auto ref = reference(net, meta, x);
+      auto got = engine->logits(x);
+      ASSERT_EQ(got.sizes(), ref.sizes()) << backend << " " << h << "x" << w;
+      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
+      EXPECT_GE(agreement(got, ref), 0.999) << backend << " " << h << "x" << w;
+      // float32 with BN folded: rounding only (the eager backend is the training graph itself)
+      EXPECT_LT(d, 1e-4 * scale) << backend << " " << h << "x" << w;
+      std::printf("  %-7s %4lldx%-4lld labels %.5f  max |logit diff| %.2e (logits up to %.1f)\n", backend.c_str(),
+                  static_cast<long long>(h), static_cast<long long>(w), agreement(got, ref), d, scale);
+    }
+  }
+}
+
+TEST(Engine, BatchesAndRepeatedCallsAgree) {
+  // Buffers are reused between calls and plans are kept per shape: results must not drift.
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  auto x = images(2, 90, 120, 5);
+  auto y = images(1, 64, 80, 6);
+  auto ref = reference(net, meta, x);
+  for (const auto& backend : available_backends()) {
+    auto engine = make_engine(net, meta, backend);
+    auto a = engine->logits(x);
+    engine->logits(y);
+    auto b = engine->logits(x);
+    EXPECT_TRUE(torch::equal(a, b)) << backend;
+    EXPECT_GE(agreement(a, ref), 0.999) << backend;
+    // each image of the batch alone gives the same logits as in the batch
+    auto one = engine->logits(x.slice(0, 1, 2));
+    EXPECT_LT(max_diff(one, a.slice(0, 1, 2)), 1e-4) << backend;
+    EXPECT_TRUE(torch::equal(engine->labels(x), a.argmax(1))) << backend;
+  }
+}
+
+TEST(Engine, OtherConfigurations) {
+  // DAB and ResNet stages, no attention, channel counts that are not multiples of 16
+  // (unaligned concat halves, padded channel blocks).
+  NetworkConfig dab;
+  dab.stage1 = {2, FELayerType::DAB, {2, 2}};
+  dab.stage2 = {3, FELayerType::ResNet, {2, 4, 8}};
+  dab.spatial_attention = false;
+  NetworkConfig odd;
+  odd.c0 = 20;
+  odd.c1 = 40;
+  odd.c2 = 72;
+  odd.stage1 = {1, FELayerType::FEB, {2}};
+  odd.stage2 = {2, FELayerType::FEB, {4, 8}};
+  odd.num_classes = 19;
+  for (const auto& cfg : {dab, odd}) {
+    auto net = random_net(cfg, 9);
+    ModelMeta meta = ModelMeta::generic(cfg.num_classes);
+    auto x = images(1, 77, 59);
+    auto ref = reference(net, meta, x);
+    for (const auto& backend : available_backends()) {
+      auto got = make_engine(net, meta, backend)->logits(x);
+      ASSERT_EQ(got.sizes(), ref.sizes()) << backend;
+      EXPECT_GE(agreement(got, ref), 0.999) << backend;
+      EXPECT_LT(max_diff(got, ref), 2e-3 * std::max(1.0, ref.abs().max().item<double>())) << backend;
+    }
+  }
+}
+
+TEST(Engine, AutoPicksTheFastestAndErrorsAreClear) {
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  auto backends = available_backends();
+  ASSERT_FALSE(backends.empty());
+  EXPECT_EQ(make_engine(net, meta, "auto")->backend(), backends.front());
+  EXPECT_NE(std::find(backends.begin(), backends.end(), "fused"), backends.end());
+  EXPECT_NE(std::find(backends.begin(), backends.end(), "eager"), backends.end());
+  try {
+    make_engine(net, meta, "tensorrt");
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensorrt"), std::string::npos);
+  }
+  auto engine = make_engine(net, meta, backends.front());
+  EXPECT_THROW(engine->logits(torch::zeros({1, 3, 16, 64})), std::invalid_argument);
+  EXPECT_THROW(engine->logits(torch::zeros({1, 4, 64, 64})), std::invalid_argument);
+}
+
+TEST(Engine, DoesNotShareTheCallersWeights) {
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  auto x = images(1, 64, 64);
+  for (const auto& backend : available_backends()) {
+    auto engine = make_engine(net, meta, backend);
+    auto before = engine->logits(x);
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : net->parameters()) p.add_(0.5);
+    }
+    EXPECT_TRUE(torch::equal(engine->logits(x), before)) << backend;
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : net->parameters()) p.sub_(0.5);
+    }
+  }
+}

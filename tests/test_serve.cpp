@@ -1,0 +1,540 @@
+// `lightseg serve` over real HTTP on 127.0.0.1: formats, bad input, load, queue, shutdown,
+// the CLI's signal handling, and the web page in headless Chromium.
+#include "lightseg/features.h"
+
+#if LIGHTSEG_HAVE_SERVER
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cli_run.h"
+#include "lightseg/image_io.h"
+#include "lightseg/palette.h"
+#include "lightseg/predictor.h"
+#include "lightseg/serve.h"
+#include "predictor_fixtures.h"
+#include "serve/http.h"
+
+using namespace lightseg;
+namespace fx = lightseg::fixtures;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::shared_ptr<const Predictor> test_predictor() {
+  static auto p = std::make_shared<const Predictor>(fx::random_network(), ModelMeta::camvid());
+  return p;
+}
+
+// A server on a free port, running in a thread for the test's lifetime.
+class RunningServer {
+ public:
+  explicit RunningServer(ServerOptions o = {}) {
+    o.port = 0;
+    server_ = std::make_unique<Server>(test_predictor(), o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] {
+      server_->run();
+      done_ = true;
+    });
+  }
+  ~RunningServer() {
+    server_->stop();
+    wait();
+  }
+  // Waits for run() to return (after stop()).
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    c.set_write_timeout(60, 0);
+    return c;
+  }
+  Server& server() { return *server_; }
+  int port() const { return port_; }
+  bool done() const { return done_; }
+
+ private:
+  std::unique_ptr<Server> server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+};
+
+nlohmann::json json_of(const httplib::Result& r) {
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  return nlohmann::json::parse(r->body, nullptr, false);
+}
+
+// Expects status `code` with a JSON error message containing `needle`.
+void expect_error(const httplib::Result& r, int code, const std::string& needle, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, code) << r->body;
+  auto j = json_of(r);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+  EXPECT_NE(j["error"].get<std::string>().find(needle), std::string::npos) << j["error"];
+}
+
+// A one-shot gate a test opens to let blocked requests proceed.
+struct Gate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  int waiting = 0;
+  void wait() {
+    std::unique_lock<std::mutex> l(m);
+    ++waiting;
+    cv.notify_all();
+    cv.wait(l, [&] { return open; });
+  }
+  void wait_for_waiters(int n) {
+    std::unique_lock<std::mutex> l(m);
+    cv.wait_for(l, std::chrono::seconds(30), [&] { return waiting >= n; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(m);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST(Serve, HealthModelAndWebPage) {
+  fx::one_thread();
+  RunningServer s;
+  auto c = s.client();
+  auto r = c.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json_of(r)["status"], "ok");
+
+  r = c.Get("/v1/model");
+  ASSERT_TRUE(r);
+  auto m = json_of(r);
+  EXPECT_EQ(m["classes"], ModelMeta::camvid().class_names);
+  EXPECT_EQ(m["palette"].size(), 11u);
+  EXPECT_EQ(m["palette"][3], nlohmann::json({128, 64, 128}));
+  EXPECT_EQ(m["parameters"], test_predictor()->parameters());
+  EXPECT_EQ(m["normalization"]["mean"].size(), 3u);
+
+  r = c.Get("/");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  EXPECT_NE(r->body.find("/v1/segment"), std::string::npos);
+  // self-contained: nothing is fetched from elsewhere
+  EXPECT_EQ(r->body.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(r->body.find("<link"), std::string::npos);
+  EXPECT_EQ(r->body.find("@import"), std::string::npos);
+
+  expect_error(c.Get("/nope"), 404, "no such endpoint", "unknown path");
+}
+
+TEST(Serve, SegmentInEveryFormat) {
+  fx::one_thread();
+  RunningServer s;
+  auto c = s.client();
+  const auto& p = *test_predictor();
+  auto img = fx::shapes_sample(45, 61, 3).first;
+  const std::string png = encode_png(img);
+  const auto labels = p.predict(img).labels;
+
+  auto r = c.Post("/v1/segment", png, "image/png");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "image/png");
+  EXPECT_EQ(r->get_header_value("X-Image-Size"), "61x45");
+  EXPECT_FALSE(r->get_header_value("X-Latency-Ms").empty());
+  auto ids = decode_image(r->body.data(), r->body.size());
+  ASSERT_EQ(ids.sizes(), (std::vector<int64_t>{45, 61, 1}));  // 8-bit, one channel, input size
+  EXPECT_TRUE(ids.squeeze(2).equal(labels));
+
+  r = c.Post("/v1/segment?format=color", png, "image/png");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_TRUE(decode_image(r->body.data(), r->body.size()).equal(colorize(labels, p.meta().palette)));
+
+  r = c.Post("/v1/segment?format=overlay&alpha=0.3", png, "application/octet-stream");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_TRUE(decode_image(r->body.data(), r->body.size()).equal(overlay(img, labels, p.meta().palette, 0.3)));
+
+  r = c.Post("/v1/segment?format=json", png, "image/png");
+  ASSERT_TRUE(r && r->status == 200);
+  auto j = json_of(r);
+  EXPECT_EQ(j["width"], 61);
+  EXPECT_EQ(j["height"], 45);
+  ASSERT_EQ(j["classes"].size(), 11u);
+  auto counts = torch::bincount(labels.flatten().to(torch::kLong), {}, 11);
+  double share = 0;
+  for (int k = 0; k < 11; ++k) {
+    EXPECT_EQ(j["classes"][k]["name"], p.meta().class_names[k]);
+    EXPECT_EQ(j["classes"][k]["pixels"], counts[k].item<int64_t>());
+    share += j["classes"][k]["share"].get<double>();
+  }
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  EXPECT_GT(j["latency_ms"]["total"].get<double>(), 0);
+  EXPECT_GE(j["latency_ms"]["total"].get<double>(), j["latency_ms"]["inference"].get<double>());
+  EXPECT_FALSE(j.contains("image"));
+
+  r = c.Post("/v1/segment?format=json&image=overlay", png, "image/png");
+  ASSERT_TRUE(r && r->status == 200);
+  j = json_of(r);
+  const std::string url = j["image"];
+  ASSERT_EQ(url.rfind("data:image/png;base64,", 0), 0u);
+
+  // curl --data-binary sends application/x-www-form-urlencoded: any size must still work
+  auto big = fx::shapes_sample(96, 128, 4).first;
+  const std::string big_png = encode_png(big);
+  ASSERT_GT(big_png.size(), 8192u);
+  r = c.Post("/v1/segment", big_png, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(decode_image(r->body.data(), r->body.size()).squeeze(2).equal(p.predict(big).labels));
+
+  // chunked transfer encoding (no Content-Length)
+  auto chunked = [](const std::string& data) {
+    return [data](size_t offset, httplib::DataSink& sink) {
+      if (offset < data.size()) sink.write(data.data() + offset, std::min<size_t>(4096, data.size() - offset));
+      else sink.done();
+      return true;
+    };
+  };
+  r = c.Post("/v1/segment", chunked(png), "image/png");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(decode_image(r->body.data(), r->body.size()).squeeze(2).equal(labels));
+
+  // multipart form upload (what an HTML form sends)
+  httplib::MultipartFormDataItems form = {{"note", "hello", "", ""}, {"image", encode_jpeg(img, 95), "x.jpg", "image/jpeg"}};
+  r = c.Post("/v1/segment", form);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto jpg = encode_jpeg(img, 95);
+  auto expect_jpg = p.predict_encoded(jpg.data(), jpg.size()).labels;
+  EXPECT_TRUE(decode_image(r->body.data(), r->body.size()).squeeze(2).equal(expect_jpg));
+}
+
+TEST(Serve, BadInputGetsA4xxJsonError) {
+  fx::one_thread();
+  ServerOptions o;
+  o.max_bytes = 64 * 1024;
+  o.max_pixels = 100 * 100;
+  RunningServer s(o);
+  auto c = s.client();
+  auto img = fx::shapes_sample(40, 40, 4).first;
+  const std::string png = encode_png(img), jpg = encode_jpeg(img);
+
+  expect_error(c.Post("/v1/segment", "", "image/png"), 400, "empty", "empty body");
+  expect_error(c.Post("/v1/segment"), 400, "empty", "no body at all");
+  expect_error(c.Post("/v1/segment", "hello, I am text", "text/plain"), 415, "not an image", "text");
+  expect_error(c.Post("/v1/segment", std::string("GIF89a\x01\x00\x01\x00\x80\x00\x00", 13), "image/gif"), 415, "GIF",
+               "unsupported format");
+  expect_error(c.Post("/v1/segment", png.substr(0, png.size() * 2 / 3), "image/png"), 400, "truncated", "truncated PNG");
+  expect_error(c.Post("/v1/segment", jpg.substr(0, jpg.size() / 2), "image/jpeg"), 400, "truncated", "truncated JPEG");
+  std::string corrupt = png;
+  for (size_t i = 60; i + 20 < corrupt.size(); i += 5) corrupt[i] ^= 0x5A;
+  expect_error(c.Post("/v1/segment", corrupt, "image/png"), 400, "corrupt", "corrupt PNG");
+  const std::string big = encode_png(fx::shapes_sample(120, 100, 5).first);  // 12000 px, small file
+  ASSERT_LT(big.size(), o.max_bytes);
+  expect_error(c.Post("/v1/segment", big, "image/png"), 413, "pixels", "too many pixels");
+  std::string huge(100 * 1024, 'x');
+  expect_error(c.Post("/v1/segment", huge, "application/octet-stream"), 413, "too large", "over-size body");
+  auto chunks = [&huge](size_t offset, httplib::DataSink& sink) {
+    if (offset < huge.size()) sink.write(huge.data() + offset, std::min<size_t>(8192, huge.size() - offset));
+    else sink.done();
+    return true;
+  };
+  expect_error(s.client().Post("/v1/segment", chunks, "application/octet-stream"), 413, "too large",
+               "over-size chunked body");
+  // far over the limit: the server stops reading (the client may only see the connection close)
+  std::string endless(1 << 20, 'y');
+  auto flood = [&endless](size_t offset, httplib::DataSink& sink) {
+    if (offset < endless.size()) sink.write(endless.data() + offset, std::min<size_t>(8192, endless.size() - offset));
+    else sink.done();
+    return true;
+  };
+  auto fr = s.client().Post("/v1/segment", flood, "application/octet-stream");
+  if (fr) EXPECT_EQ(fr->status, 413);
+  expect_error(c.Post("/v1/segment?format=webp", png, "image/png"), 400, "unknown format", "bad format");
+  expect_error(c.Post("/v1/segment?format=overlay&alpha=2", png, "image/png"), 400, "alpha", "bad alpha");
+  httplib::MultipartFormDataItems no_file = {{"note", "hello", "", ""}};
+  expect_error(c.Post("/v1/segment", no_file), 400, "no file", "multipart form without a file");
+  // the server is alive and well after all that
+  auto h = c.Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto ok = c.Post("/v1/segment", png, "image/png");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_GE(s.server().stats().client_errors, 10u);
+  EXPECT_EQ(s.server().stats().server_errors, 0u);
+}
+
+TEST(Serve, HundredConcurrentRequestsAreAllAnsweredCorrectly) {
+  fx::one_thread();
+  ServerOptions o;
+  o.max_queue = 128;
+  RunningServer s(o);
+  const auto& p = *test_predictor();
+  const int N = 100;
+  std::vector<std::string> bodies(N);
+  std::vector<torch::Tensor> imgs;
+  for (int i = 0; i < N; ++i) {
+    imgs.push_back(fx::shapes_sample(32 + i % 2, 40, 1000 + i).first);
+    bodies[i] = encode_png(imgs.back());
+  }
+  const auto expected = p.predict_batch(imgs);  // two forward passes instead of 100
+  std::vector<int> status(N, 0);
+  std::vector<std::string> got(N);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int i = 0; i < N; ++i)
+    threads.emplace_back([&, i] {
+      auto c = s.client();
+      ready++;
+      while (ready < N) std::this_thread::yield();  // fire together
+      auto r = c.Post("/v1/segment", bodies[i], "image/png");
+      if (r) {
+        status[i] = r->status;
+        got[i] = r->body;
+      } else {
+        got[i] = "no response: " + httplib::to_string(r.error());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < N; ++i) {
+    ASSERT_EQ(status[i], 200) << "request " << i << ": " << got[i];
+    auto ids = decode_image(got[i].data(), got[i].size()).squeeze(2);
+    ASSERT_EQ(ids.sizes(), expected[i].labels.sizes()) << "request " << i;
+    // a batch and a single call agree up to float rounding (see Predictor.Batch*)
+    EXPECT_GE(fx::agreement(ids, expected[i].labels), 0.995) << "request " << i << " got someone else's answer";
+  }
+}
+
+TEST(Serve, FullQueueAnswers503AndRecovers) {
+  fx::one_thread();
+  Gate gate;
+  ServerOptions o;
+  o.max_queue = 0;  // one engine, no waiting room: a second request is refused
+  o.before_inference = [&] { gate.wait(); };
+  RunningServer s(o);
+  const std::string png = encode_png(fx::shapes_sample(40, 40, 8).first);
+  int first = 0;
+  std::thread t([&] {
+    auto r = s.client().Post("/v1/segment", png, "image/png");
+    first = r ? r->status : -1;
+  });
+  gate.wait_for_waiters(1);
+  for (int i = 0; i < 3; ++i) {
+    auto r = s.client().Post("/v1/segment", png, "image/png");
+    expect_error(r, 503, "busy", "while the engine is busy");
+    if (r) EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  }
+  // cheap checks still answer while busy
+  expect_error(s.client().Post("/v1/segment", "", "image/png"), 400, "empty", "empty body while busy");
+  gate.release();
+  t.join();
+  EXPECT_EQ(first, 200);
+  auto r = s.client().Post("/v1/segment", png, "image/png");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(s.server().stats().rejected_busy, 3u);
+}
+
+TEST(Serve, StopFinishesTheRequestsInFlight) {
+  fx::one_thread();
+  Gate gate;
+  ServerOptions o;
+  o.before_inference = [&] { gate.wait(); };
+  auto s = std::make_unique<RunningServer>(o);
+  const std::string png = encode_png(fx::shapes_sample(40, 40, 9).first);
+  int status = 0;
+  std::thread t([&] {
+    auto r = s->client().Post("/v1/segment", png, "image/png");
+    status = r ? r->status : -1;
+  });
+  gate.wait_for_waiters(1);
+  s->server().stop();  // returns at once; the request in flight is still being served
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(s->done()) << "run() returned while a request was in flight";
+  EXPECT_FALSE(s->client().Get("/healthz")) << "new connections are refused after stop()";
+  gate.release();
+  t.join();
+  EXPECT_EQ(status, 200);
+  s->wait();
+  EXPECT_TRUE(s->done());
+}
+
+namespace {
+
+// `lightseg serve` as a child process with its stdout on a pipe.
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::string err_path;
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (out_fd >= 0) ::close(out_fd);
+  }
+  // Reads stdout until `needle` appears (or timeout); returns what was read.
+  std::string read_until(const std::string& needle, int timeout_s) {
+    std::string got;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    ::fcntl(out_fd, F_SETFL, O_NONBLOCK);
+    char buf[512];
+    while (got.find(needle) == std::string::npos && std::chrono::steady_clock::now() < end) {
+      ssize_t n = ::read(out_fd, buf, sizeof buf);
+      if (n > 0) got.append(buf, n);
+      else if (n == 0) break;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return got;
+  }
+  // Waits for exit; returns the exit code, or -1 on timeout.
+  int wait_exit(int timeout_s) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < end) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+};
+
+std::unique_ptr<Child> spawn_serve(const std::vector<std::string>& args, const fs::path& dir) {
+  int fds[2];
+  if (::pipe(fds) != 0) return nullptr;
+  auto c = std::make_unique<Child>();
+  c->err_path = (dir / "serve_stderr.txt").string();
+  c->pid = ::fork();
+  if (c->pid == 0) {
+    ::dup2(fds[1], 1);
+    int err = ::open(c->err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(err, 2);
+    ::close(fds[0]);
+    std::vector<char*> argv;
+    std::string exe = LIGHTSEG_CLI;
+    argv.push_back(exe.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  c->out_fd = fds[0];
+  return c;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(ServeCli, SigtermFinishesAndExitsCleanly) {
+  fx::one_thread();
+  auto dir = fx::temp_dir("serve_cli");
+  const std::string weights = fx::random_weights(dir);
+  auto child = spawn_serve({"serve", "--weights", weights, "--port", "0", "--threads", "1"}, dir);
+  ASSERT_TRUE(child);
+  std::string line = child->read_until("/ (Ctrl-C", 60);
+  auto at = line.find("http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << line << slurp(child->err_path);
+  const int port = std::stoi(line.substr(at + 17));
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  auto h = c.Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  // a request in flight when SIGTERM arrives is still answered
+  const std::string png = encode_png(fx::shapes_sample(360, 480, 2).first);
+  int status = 0;
+  std::thread t([&] {
+    httplib::Client c2("127.0.0.1", port);
+    c2.set_read_timeout(30, 0);
+    auto r = c2.Post("/v1/segment", png, "image/png");
+    status = r ? r->status : -1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // accepted and being served (one thread: ~1 s)
+  ::kill(child->pid, SIGTERM);
+  t.join();
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(child->wait_exit(20), 0) << slurp(child->err_path);
+  const std::string err = slurp(child->err_path);
+  EXPECT_NE(err.find("SIGTERM"), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped:"), std::string::npos) << err;
+
+  // a port already in use is a clear error, not a crash
+  httplib::Server blocker;
+  const int used = blocker.bind_to_any_port("127.0.0.1");
+  auto r = fx::run_cli({"serve", "--weights", weights, "--port", std::to_string(used)}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("error: cannot listen on 127.0.0.1:" + std::to_string(used)), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(WebPage, UploadAnImageAndSeeTheOverlay) {
+  fx::one_thread();
+  // Headless Debian chromium driven by playwright-core (tests/web/upload_test.mjs).
+  const char* env_chromium = std::getenv("LIGHTSEG_CHROMIUM");
+  const std::string chromium = env_chromium ? env_chromium : "/usr/bin/chromium";
+  const fs::path web = fs::path(LIGHTSEG_SOURCE_DIR) / "tests" / "web";
+  if (!fs::exists(chromium)) GTEST_SKIP() << "web page test skipped: no chromium at " << chromium << " (apt-get install chromium)";
+  if (std::system("node --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "web page test skipped: node is not installed";
+  if (!fs::exists(web / "node_modules" / "playwright-core"))
+    GTEST_SKIP() << "web page test skipped: playwright-core is missing (npm ci --prefix tests/web)";
+
+  auto dir = fx::temp_dir("web");
+  fs::path image = fs::path(LIGHTSEG_SOURCE_DIR) / "examples" / "0016E5_07959.png";
+  if (!fs::exists(image)) {
+    image = dir / "street.png";
+    write_png(image.string(), fx::shapes_sample(180, 240, 3).first);
+  }
+  std::ofstream(dir / "notes.txt") << "not an image";
+  RunningServer s;
+  const char* keep = std::getenv("LIGHTSEG_WEB_SCREENSHOT");
+  const std::string shot = keep ? keep : (dir / "web.png").string();
+  const std::string cmd = "timeout 120 node " + fx::shell_quote((web / "upload_test.mjs").string()) + " --url http://127.0.0.1:" +
+                          std::to_string(s.port()) + "/ --image " + fx::shell_quote(image.string()) + " --bad " +
+                          fx::shell_quote((dir / "notes.txt").string()) + " --chromium " + fx::shell_quote(chromium) +
+                          " --screenshot " + fx::shell_quote(shot) + " > " + fx::shell_quote((dir / "node.txt").string()) + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string log = slurp((dir / "node.txt").string());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "web page test skipped: " << log;
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << log;
+  EXPECT_NE(log.find("overlay shown"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(shot));
+  if (!keep) fs::remove_all(dir);
+}
+
+#else
+
+#include <gtest/gtest.h>
+
+TEST(Serve, NotBuilt) { GTEST_SKIP() << "built without cpp-httplib: lightseg serve is not available"; }
+
+#endif

@@ -1,0 +1,174 @@
+// lightseg bench: inference latency (median, p90, p99), FPS, images/s and the achieved
+// multiply-accumulates per second against the peak of a dense convolution measured in the
+// same run. Speed does not depend on the weights: without any, it runs random ones.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <torch/cuda.h>
+
+#include "args.h"
+#include "lightseg/engine.h"
+#include "lightseg/fused_network.h"
+#include "lightseg/runtime.h"
+#include "lightseg/features.h"
+#include "lightseg/weights.h"
+#if LIGHTSEG_HAVE_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace lightseg::cli {
+
+namespace {
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      return p == std::string::npos ? line : line.substr(line.find_first_not_of(' ', p + 1));
+    }
+  return "unknown CPU";
+}
+
+std::string gpu_name() {
+#if LIGHTSEG_HAVE_TORCH_CUDA
+  return at::cuda::getCurrentDeviceProperties()->name;
+#else
+  return "cuda";
+#endif
+}
+
+double percentile(std::vector<double> v, double q) {  // nearest rank
+  std::sort(v.begin(), v.end());
+  size_t k = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
+}
+
+// One line of JSON in insertion order with ", " / ": " separators (as Python's json.dumps).
+std::string json_line(const nlohmann::ordered_json& j) {
+  std::string r = "{";
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it != j.begin()) r += ", ";
+    r += nlohmann::json(it.key()).dump() + ": ";
+    if (it->is_array()) {
+      r += "[";
+      for (size_t i = 0; i < it->size(); ++i) r += (i ? ", " : "") + (*it)[i].dump();
+      r += "]";
+    } else {
+      r += it->dump();
+    }
+  }
+  return r + "}";
+}
+
+double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
+
+torch::ScalarType precision_type(const std::string& p) {
+  if (p == "fp16") return torch::kHalf;
+  if (p == "bf16") return torch::kBFloat16;
+  return torch::kFloat32;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, Args& a) {
+  auto* sub = app.add_subcommand("bench", "Measure inference speed (latency, FPS, achieved MAC/s vs peak)");
+  add_options(sub, a, {Opt::Size, Opt::Batch, Opt::Threads, Opt::Iters, Opt::Weights, Opt::Config, Opt::Backend,
+                       Opt::Device, Opt::Precision, Opt::Json});
+  sub->callback([&a]() {
+    const int threads = init_runtime(a.threads);
+    auto [h, w] = parse_size(a.size);
+    if (!a.config.empty() && !a.weights.empty()) throw std::invalid_argument("give --config or --weights, not both");
+    torch::Device device = a.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    if (device.is_cuda() && !torch::cuda::is_available())
+      throw std::runtime_error("--device cuda: this LibTorch has no CUDA or no GPU is visible");
+    const torch::ScalarType dtype = precision_type(a.precision);
+    if (!device.is_cuda() && dtype != torch::kFloat32)
+      throw std::invalid_argument("--precision " + a.precision + " needs --device cuda (the CPU backends run fp32)");
+
+    ModelMeta meta;
+    std::string source;
+    Network net{nullptr};
+    std::string wpath = a.weights.empty() && a.config.empty() ? default_weights_path() : a.weights;
+    if (!wpath.empty()) {
+      net = load_network(wpath, &meta);
+      source = wpath;
+    } else {
+      NetworkConfig cfg = a.config.empty() ? NetworkConfig{} : NetworkConfig::from_file(a.config);
+      torch::manual_seed(0);
+      net = Network(cfg);
+      net->eval();
+      meta = ModelMeta::generic(cfg.num_classes);
+      source = "random";
+      std::fprintf(stderr, "note: no weights file (--weights, models/camvid.lsw): timing random weights "
+                           "(speed does not depend on them)\n");
+    }
+    EngineOptions eo;
+    eo.backend = a.backend;
+    eo.device = device;
+    eo.dtype = dtype;
+    auto engine = make_engine(net, meta, eo);
+    const auto macs_per_image = static_cast<double>(fuse_network(net, meta).count_macs(h, w));
+
+    torch::manual_seed(1);
+    auto images = (torch::rand({a.batch, 3, h, w}) * 255).to(device);
+    auto sync = [&] {
+      if (device.is_cuda()) torch::cuda::synchronize();
+    };
+    using clock = std::chrono::steady_clock;
+    // Warm-up: the first call builds the per-shape plan / picks kernels.
+    const int warmup = std::max(3, a.iters / 10);
+    for (int i = 0; i < warmup; ++i) engine->logits(images);
+    sync();
+    std::vector<double> ms;
+    ms.reserve(a.iters);
+    for (int i = 0; i < a.iters; ++i) {
+      auto t0 = clock::now();
+      auto y = engine->logits(images);
+      sync();
+      ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+    }
+    const double p50 = percentile(ms, 0.5), p90 = percentile(ms, 0.9), p99 = percentile(ms, 0.99);
+    const double fps = 1000.0 / p50, ips = a.batch * fps;
+    const double achieved = macs_per_image * ips;
+    const double peak = measure_peak_macs(device, dtype);
+    const std::string dev_name = device.is_cuda() ? gpu_name() : cpu_name();
+
+    std::printf("lightseg bench: backend %s on %s (%s), %d threads, batch %d, %lldx%lld, %d iterations after %d warm-up\n",
+                engine->backend().c_str(), device.is_cuda() ? "cuda" : "cpu", dev_name.c_str(), threads, a.batch,
+                static_cast<long long>(h), static_cast<long long>(w), a.iters, warmup);
+    std::printf("weights: %s, %s\n", source.c_str(), c10::toString(dtype));
+    std::printf("latency: median %.2f ms, p90 %.2f ms, p99 %.2f ms (per call of %d image%s)\n", p50, p90, p99, a.batch,
+                a.batch == 1 ? "" : "s");
+    std::printf("speed:   %.1f FPS, %.1f images/s\n", fps, ips);
+    std::printf("compute: %.3f GMACs/image, %.1f GMAC/s achieved; peak %.1f GMAC/s (dense 3x3 conv, same run): %.0f %%\n",
+                macs_per_image / 1e9, achieved / 1e9, peak / 1e9, 100.0 * achieved / peak);
+    if (a.json) {
+      nlohmann::ordered_json j;
+      j["size"] = {h, w};
+      j["batch"] = a.batch;
+      j["threads"] = threads;
+      j["p50_ms"] = round3(p50);
+      j["p90_ms"] = round3(p90);
+      j["p99_ms"] = round3(p99);
+      j["fps"] = round3(fps);
+      j["backend"] = engine->backend();
+      j["images_per_s"] = round3(ips);
+      j["device"] = dev_name;
+      j["precision"] = a.precision;
+      j["gmacs_per_image"] = round3(macs_per_image / 1e9);
+      j["achieved_gmac_s"] = round3(achieved / 1e9);
+      j["peak_gmac_s"] = round3(peak / 1e9);
+      j["peak_fraction"] = round3(achieved / peak);
+      j["weights"] = source;
+      std::cout << json_line(j) << std::endl;
+    }
+  });
+}
+
+}  // namespace lightseg::cli

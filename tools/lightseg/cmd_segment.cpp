@@ -1,0 +1,379 @@
+// lightseg segment: images, folders, videos and cameras → label-id PNGs, colour masks, overlays.
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "args.h"
+#include "lightseg/features.h"
+#include "lightseg/image_io.h"
+#include "lightseg/palette.h"
+#include "lightseg/predictor.h"
+#include "lightseg/runtime.h"
+#include "progress.h"
+
+#if LIGHTSEG_HAVE_OPENCV
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#include <opencv2/videoio.hpp>
+#endif
+
+namespace fs = std::filesystem;
+
+namespace lightseg::cli {
+
+namespace {
+
+struct SegmentArgs {
+  std::vector<std::string> inputs;
+  std::string format = "all";
+  double alpha = 0.5;
+  int camera = -1;
+  int64_t max_frames = 0;
+};
+
+struct Outputs {
+  bool ids = false, color = false, overlay = false;
+};
+
+struct Job {
+  fs::path input;
+  std::string stem;  // output name relative to --out, without suffix or extension
+  bool video = false;
+};
+
+// First Ctrl-C: finish the current image/frame, write what is done, print the summary.
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) {
+  g_interrupted = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process
+}
+
+std::string lower_ext(const fs::path& p) {
+  std::string e = p.extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  return e;
+}
+bool is_image_ext(const std::string& e) { return e == ".png" || e == ".jpg" || e == ".jpeg"; }
+bool is_video_ext(const std::string& e) {
+  static const std::set<std::string> v{".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".mjpeg", ".mjpg"};
+  return v.count(e) > 0;
+}
+
+std::vector<Job> collect_jobs(const std::vector<std::string>& inputs, const fs::path& out, const Outputs& o) {
+  std::vector<Job> jobs;
+  for (const auto& in : inputs) {
+    fs::path p(in);
+    std::error_code ec;
+    if (!fs::exists(p, ec)) throw std::runtime_error("input '" + in + "' does not exist");
+    if (fs::is_directory(p, ec)) {
+      std::vector<fs::path> files;
+      for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied);
+           it != fs::recursive_directory_iterator(); ++it)
+        if (it->is_regular_file(ec) && is_image_ext(lower_ext(it->path()))) files.push_back(it->path());
+      if (files.empty()) throw std::runtime_error("folder '" + in + "' has no .png/.jpg/.jpeg images");
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        fs::path rel = f.lexically_relative(p);
+        jobs.push_back({f, (rel.parent_path() / rel.stem()).string(), false});
+      }
+    } else {
+      const bool video = is_video_ext(lower_ext(p));
+#if !LIGHTSEG_HAVE_OPENCV
+      if (video)
+        throw std::runtime_error("'" + in + "' is a video: this build has no video support (OpenCV was not found)");
+#endif
+      jobs.push_back({p, p.stem().string(), video});
+    }
+  }
+  // Two inputs must not write the same file, and no output may replace an input.
+  std::map<std::string, fs::path> seen;
+  for (const auto& j : jobs) {
+    auto [it, fresh] = seen.emplace(j.stem, j.input);
+    if (!fresh)
+      throw std::runtime_error("'" + it->second.string() + "' and '" + j.input.string() + "' would both be written as " +
+                               (out / j.stem).string() + "*; segment them into different --out folders");
+    if (!j.video && o.ids) {
+      fs::path target = out / (j.stem + ".png");
+      std::error_code ec;
+      if (fs::exists(target, ec) && fs::equivalent(target, j.input, ec))
+        throw std::runtime_error("writing " + target.string() + " would replace its input; choose another --out");
+    }
+  }
+  return jobs;
+}
+
+// Plain write through a temporary name (no half-written outputs after a crash or Ctrl-C).
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!f) throw std::runtime_error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, path);
+}
+
+int write_image_outputs(const fs::path& base, const Outputs& o, const torch::Tensor& image, const torch::Tensor& labels,
+                        const ModelMeta& meta, double alpha) {
+  fs::create_directories(base.parent_path());
+  int n = 0;
+  if (o.ids) {
+    write_bytes(base.string() + ".png", encode_png(labels));
+    ++n;
+  }
+  if (o.color) {
+    write_bytes(base.string() + "_color.png", encode_png(colorize(labels, meta.palette)));
+    ++n;
+  }
+  if (o.overlay) {
+    write_bytes(base.string() + "_overlay.png", encode_png(overlay(image, labels, meta.palette, alpha)));
+    ++n;
+  }
+  return n;
+}
+
+struct Totals {
+  int64_t images = 0, frames = 0, failed = 0, files = 0, pixels = 0;
+  double network_s = 0;
+};
+
+std::string rate_line(const std::string& what, int64_t done, int64_t total, double seconds) {
+  char b[256];
+  const double rate = done / std::max(seconds, 1e-9);
+  if (total > 0)
+    std::snprintf(b, sizeof b, "segment %lld/%lld %s · %.1f %s/s · ETA %s", static_cast<long long>(done),
+                  static_cast<long long>(total), what.c_str(), rate, what.c_str(),
+                  fmt_duration((total - done) / std::max(rate, 1e-9)).c_str());
+  else
+    std::snprintf(b, sizeof b, "segment %lld %s · %.1f %s/s", static_cast<long long>(done), what.c_str(), rate, what.c_str());
+  return b;
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Images: decoding of the next image and writing of the previous one overlap the forward pass.
+void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Outputs& o, const Predictor& p,
+                    double alpha, ProgressLine& line, Totals& t) {
+  if (jobs.empty()) return;
+  struct Decoded {
+    torch::Tensor image;
+    std::string error;
+  };
+  auto decode = [&](size_t i) {
+    Decoded d;
+    try {
+      const std::string what = "'" + jobs[i].input.string() + "'";
+      std::string bytes = read_file(jobs[i].input.string());
+      p.check_encoded(bytes.data(), bytes.size(), what);
+      d.image = decode_image(bytes.data(), bytes.size(), what);
+    } catch (const std::exception& e) {
+      d.error = e.what();
+    }
+    return d;
+  };
+  const auto t0 = Clock::now();
+  std::future<Decoded> next = std::async(std::launch::async, decode, 0);
+  std::future<int> writing;
+  auto finish_write = [&] {
+    if (!writing.valid()) return;
+    try {
+      t.files += writing.get();
+    } catch (const std::exception& e) {
+      line.print(std::string("error: ") + e.what());
+      ++t.failed;
+    }
+  };
+  for (size_t i = 0; i < jobs.size() && !g_interrupted; ++i) {
+    Decoded d = next.get();
+    if (i + 1 < jobs.size()) next = std::async(std::launch::async, decode, i + 1);
+    if (!d.error.empty()) {
+      line.print("skipped: " + d.error);
+      ++t.failed;
+      continue;
+    }
+    const auto tn = Clock::now();
+    Prediction pr = p.predict(d.image);
+    t.network_s += seconds_since(tn);
+    finish_write();
+    writing = std::async(std::launch::async, write_image_outputs, out / jobs[i].stem, o, d.image, pr.labels,
+                         std::cref(p.meta()), alpha);
+    ++t.images;
+    t.pixels += d.image.size(0) * d.image.size(1);
+    line.update(rate_line("images", t.images + t.failed, static_cast<int64_t>(jobs.size()), seconds_since(t0)));
+  }
+  finish_write();
+  if (next.valid()) next.wait();
+}
+
+#if LIGHTSEG_HAVE_OPENCV
+// A video file or a camera: an overlaid (and/or colour) MJPG .avi at the source's frame rate,
+// label-id PNGs per frame in <stem>_ids/.
+void segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::path& base, const Outputs& o,
+                    const Predictor& p, double alpha, int64_t max_frames, ProgressLine& line, Totals& t) {
+  double fps = cap.get(cv::CAP_PROP_FPS);
+  if (!(fps >= 1 && fps <= 240)) fps = 25;
+  int64_t total = static_cast<int64_t>(cap.get(cv::CAP_PROP_FRAME_COUNT));
+  if (total <= 0) total = 0;
+  if (max_frames > 0 && (total == 0 || max_frames < total)) total = max_frames;
+  fs::create_directories(base.parent_path());
+  const fs::path ids_dir = base.string() + "_ids";
+  if (o.ids) fs::create_directories(ids_dir);
+  cv::VideoWriter w_overlay, w_color;
+  auto open_writer = [&](cv::VideoWriter& w, const std::string& suffix, cv::Size size) {
+    const std::string path = base.string() + suffix;
+    if (!w.open(path, cv::VideoWriter::fourcc('M', 'J', 'P', 'G'), fps, size))
+      throw std::runtime_error("cannot write video '" + path + "'");
+    ++t.files;
+  };
+  cv::Mat frame, rgb, bgr;
+  const auto t0 = Clock::now();
+  int64_t n = 0;
+  while (!g_interrupted && (max_frames <= 0 || n < max_frames) && cap.read(frame) && !frame.empty()) {
+    if (frame.channels() == 1) cv::cvtColor(frame, rgb, cv::COLOR_GRAY2RGB);
+    else if (frame.channels() == 4) cv::cvtColor(frame, rgb, cv::COLOR_BGRA2RGB);
+    else cv::cvtColor(frame, rgb, cv::COLOR_BGR2RGB);
+    auto image = torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8);
+    const auto tn = Clock::now();
+    Prediction pr = p.predict(image);
+    const double ms = seconds_since(tn) * 1000;
+    t.network_s += ms / 1000;
+    const cv::Size size(rgb.cols, rgb.rows);
+    if (o.ids) {
+      char fname[32];
+      std::snprintf(fname, sizeof fname, "%06lld.png", static_cast<long long>(n));
+      write_bytes(ids_dir / fname, encode_png(pr.labels));
+      ++t.files;
+    }
+    if (o.overlay) {
+      auto ov = overlay(image, pr.labels, p.meta().palette, alpha);
+      cv::cvtColor(cv::Mat(size, CV_8UC3, ov.data_ptr<uint8_t>()), bgr, cv::COLOR_RGB2BGR);
+      char stamp[48];
+      std::snprintf(stamp, sizeof stamp, "%.0f ms", ms);
+      const double scale = std::max(0.4, rgb.rows / 720.0);
+      cv::putText(bgr, stamp, {8, static_cast<int>(8 + 22 * scale)}, cv::FONT_HERSHEY_SIMPLEX, scale, {0, 0, 0}, 3, cv::LINE_AA);
+      cv::putText(bgr, stamp, {8, static_cast<int>(8 + 22 * scale)}, cv::FONT_HERSHEY_SIMPLEX, scale, {255, 255, 255}, 1, cv::LINE_AA);
+      if (!w_overlay.isOpened()) open_writer(w_overlay, "_overlay.avi", size);
+      w_overlay.write(bgr);
+    }
+    if (o.color) {
+      auto col = colorize(pr.labels, p.meta().palette);
+      cv::cvtColor(cv::Mat(size, CV_8UC3, col.data_ptr<uint8_t>()), bgr, cv::COLOR_RGB2BGR);
+      if (!w_color.isOpened()) open_writer(w_color, "_color.avi", size);
+      w_color.write(bgr);
+    }
+    ++n;
+    t.pixels += static_cast<int64_t>(rgb.rows) * rgb.cols;
+    line.update(name + ": " + rate_line("frames", n, total, seconds_since(t0)));
+  }
+  if (n == 0) throw std::runtime_error(name + ": no frames could be read");
+  t.frames += n;
+  line.print(name + ": " + std::to_string(n) + " frames → " + base.string() + "*");
+}
+#endif
+
+}  // namespace
+
+void add_segment(CLI::App& app, Args& a) {
+  auto* sub = app.add_subcommand(
+      "segment", "Segment images, folders (recursive .png/.jpg), videos or a camera: label-id PNGs, colour masks, overlays");
+  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Threads});
+  static SegmentArgs s;
+  sub->add_option("inputs", s.inputs, "Image files, folders or video files");
+  sub->add_option("--format", s.format,
+                  "What to write per image: ids (8-bit label-id PNG, NAME.png), color (NAME_color.png), "
+                  "overlay (NAME_overlay.png) or all; videos: NAME_ids/ frames, NAME_color.avi, NAME_overlay.avi")
+      ->check(CLI::IsMember({"ids", "color", "overlay", "all"}))
+      ->capture_default_str();
+  sub->add_option("--alpha", s.alpha, "Opacity of the colour mask in overlays")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  sub->add_option("--camera", s.camera, "Also read camera N (OpenCV) until Ctrl-C or --max-frames")->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-frames", s.max_frames, "Stop each video or camera after N frames (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  sub->callback([&a]() {
+    if (s.inputs.empty() && s.camera < 0)
+      throw std::runtime_error("nothing to segment: give image files, folders, video files or --camera N");
+#if !LIGHTSEG_HAVE_OPENCV
+    if (s.camera >= 0) throw std::runtime_error("--camera: this build has no camera support (OpenCV was not found)");
+#endif
+    Outputs o;
+    o.ids = s.format == "ids" || s.format == "all";
+    o.color = s.format == "color" || s.format == "all";
+    o.overlay = s.format == "overlay" || s.format == "all";
+    const fs::path out = a.out.empty() ? fs::path("out") : fs::path(a.out);
+    const auto jobs = collect_jobs(s.inputs, out, o);  // validates every input before any work
+
+    init_runtime(a.threads);
+    PredictorOptions po;
+    po.weights = resolve_weights(a.weights);
+    po.device = a.device;
+    po.backend = a.backend;
+    Predictor predictor(po);
+    fs::create_directories(out);
+
+    g_interrupted = false;
+    auto previous = std::signal(SIGINT, on_interrupt);
+    ProgressLine line;
+    Totals t;
+    const auto t0 = Clock::now();
+    std::vector<Job> images;
+    for (const auto& j : jobs)
+      if (!j.video) images.push_back(j);
+    segment_images(images, out, o, predictor, s.alpha, line, t);
+#if LIGHTSEG_HAVE_OPENCV
+    for (const auto& j : jobs) {
+      if (!j.video || g_interrupted) continue;
+      cv::VideoCapture cap(j.input.string());
+      if (!cap.isOpened()) {
+        line.print("skipped: '" + j.input.string() + "': cannot open the video");
+        ++t.failed;
+        continue;
+      }
+      try {
+        segment_stream(cap, j.input.string(), out / j.stem, o, predictor, s.alpha, s.max_frames, line, t);
+      } catch (const std::exception& e) {
+        line.print(std::string("skipped: ") + e.what());
+        ++t.failed;
+      }
+    }
+    if (s.camera >= 0 && !g_interrupted) {
+      cv::VideoCapture cap(s.camera);
+      if (!cap.isOpened()) throw std::runtime_error("cannot open camera " + std::to_string(s.camera));
+      line.print("camera " + std::to_string(s.camera) + ": segmenting until Ctrl-C" +
+                 (s.max_frames > 0 ? " or " + std::to_string(s.max_frames) + " frames" : std::string()));
+      segment_stream(cap, "camera " + std::to_string(s.camera), out / ("camera" + std::to_string(s.camera)), o,
+                     predictor, s.alpha, s.max_frames, line, t);
+    }
+#endif
+    std::signal(SIGINT, previous);
+    line.done();
+    const double secs = seconds_since(t0);
+    const int64_t n = t.images + t.frames;
+    std::printf("segmented %lld images", static_cast<long long>(t.images));
+    if (t.frames) std::printf(" and %lld video frames", static_cast<long long>(t.frames));
+    std::printf(" (%.1f Mpx) in %.2f s: %.2f images/s (network %.2f s); %lld files in %s\n", t.pixels / 1e6, secs,
+                n / std::max(secs, 1e-9), t.network_s, static_cast<long long>(t.files), out.string().c_str());
+    if (g_interrupted) std::printf("interrupted: stopped early\n");
+    if (a.json) {
+      nlohmann::json j{{"images", t.images}, {"frames", t.frames}, {"failed", t.failed}, {"files", t.files},
+                       {"pixels", t.pixels}, {"seconds", secs}, {"network_seconds", t.network_s},
+                       {"images_per_second", n / std::max(secs, 1e-9)}, {"out", out.string()},
+                       {"weights", po.weights}, {"backend", predictor.backend()}, {"interrupted", g_interrupted.load()}};
+      std::cout << j.dump() << std::endl;
+    }
+    std::fflush(stdout);
+    if (t.failed > 0)
+      throw std::runtime_error(std::to_string(t.failed) + " of " + std::to_string(t.failed + t.images) +
+                               " inputs could not be segmented (see the messages above)");
+  });
+}
+
+}  // namespace lightseg::cli

@@ -1,0 +1,112 @@
+// lightseg serve: the HTTP service and its web page (library: src/serve).
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "args.h"
+#include "lightseg/features.h"
+#include "lightseg/predictor.h"
+#include "lightseg/runtime.h"
+#if LIGHTSEG_HAVE_SERVER
+#include "lightseg/serve.h"
+#endif
+
+namespace lightseg::cli {
+
+#if LIGHTSEG_HAVE_SERVER
+namespace {
+int g_signal_pipe[2] = {-1, -1};
+std::atomic<int> g_signals{0};
+
+// Async-signal-safe: the first SIGINT/SIGTERM asks for a graceful stop; a second one exits at once.
+extern "C" void on_stop_signal(int sig) {
+  if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
+  const char c = static_cast<char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+}
+}  // namespace
+#endif
+
+void add_serve(CLI::App& app, Args& a) {
+  auto* sub = app.add_subcommand("serve", "HTTP service: POST /v1/segment, GET /v1/model, GET /healthz, and a web page at /");
+  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend});
+  struct ServeArgs {
+    size_t max_bytes = 16u << 20;
+    int64_t max_pixels = 4096 * 1024;
+    int queue = 32;
+  };
+  static ServeArgs s;
+  sub->add_option("--max-bytes", s.max_bytes, "Largest request body in bytes (larger: 413)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-pixels", s.max_pixels, "Largest image, width·height (larger: 413)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--queue", s.queue, "Requests that may wait for the network (more: 503)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->callback([&a]() {
+#if LIGHTSEG_HAVE_SERVER
+    const int threads = init_runtime(a.threads);
+    PredictorOptions po;
+    po.weights = resolve_weights(a.weights);
+    po.device = a.device;
+    po.backend = a.backend;
+    auto predictor = std::make_shared<const Predictor>(po);
+
+    ServerOptions so;
+    so.host = a.host;
+    so.port = a.port;
+    so.max_bytes = s.max_bytes;
+    so.max_pixels = s.max_pixels;
+    so.max_queue = s.queue;
+    so.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    Server server(predictor, so);
+    const int port = server.bind();
+
+    if (::pipe(g_signal_pipe) != 0) throw std::runtime_error("pipe() failed");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    std::thread watcher([&server] {
+      char c = 0;
+      while (::read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      if (c != 0) {
+        std::fprintf(stderr, "%s: finishing the requests in flight, then exiting (again to quit at once)\n",
+                     c == SIGINT ? "SIGINT" : "SIGTERM");
+        server.stop();
+      }
+    });
+
+    std::fprintf(stderr, "weights %s (%s, %lld parameters), backend %s, %d threads; limits: %zu bytes, %lld pixels, queue %d\n",
+                 po.weights.c_str(), predictor->meta().dataset.c_str(), static_cast<long long>(predictor->parameters()),
+                 predictor->backend().c_str(), threads, s.max_bytes, static_cast<long long>(s.max_pixels), s.queue);
+    std::printf("serving on http://%s:%d/ (Ctrl-C stops)\n", a.host.c_str(), port);
+    std::fflush(stdout);
+    server.run();
+
+    const char zero = 0;  // releases the watcher when run() ended without a signal
+    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &zero, 1);
+    watcher.join();
+    auto st = server.stats();
+    std::fprintf(stderr, "stopped: %llu requests (%llu ok, %llu client errors, %llu busy, %llu server errors)\n",
+                 static_cast<unsigned long long>(st.requests), static_cast<unsigned long long>(st.ok),
+                 static_cast<unsigned long long>(st.client_errors), static_cast<unsigned long long>(st.rejected_busy),
+                 static_cast<unsigned long long>(st.server_errors));
+#else
+    (void)a;
+    throw std::runtime_error("this build has no HTTP server (cpp-httplib was not found when it was configured)");
+#endif
+  });
+}
+
+}  // namespace lightseg::cli
