@@ -29,6 +29,16 @@ struct Folded {
   torch::Tensor weight, bias;
 };
 
+// Conv options hold their padding in a c10::variant (LibTorch 1.x) or a std::variant (2.x):
+// this declaration makes `get_if<T>(p)` a template call, argument-dependent lookup then
+// finds c10::get_if or std::get_if.
+template <class T>
+void get_if(...) = delete;
+template <class V>
+const torch::ExpandingArray<2>* explicit_padding(const V& v) {
+  return get_if<torch::ExpandingArray<2>>(&v);
+}
+
 torch::Tensor f64(const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64); }
 
 // Conv (+ BN channels [c0, c1) of `bn`, when given) → weight and bias in float64.
@@ -87,7 +97,7 @@ class Builder {
     op.bias = cast(w.bias);
     const auto& o = c->options;
     op.stride = {(*o.stride())[0], (*o.stride())[1]};
-    const auto* pad = c10::get_if<torch::ExpandingArray<2>>(&o.padding());
+    const auto* pad = explicit_padding(o.padding());
     if (!pad) throw std::invalid_argument("fuse_network: " + name + " uses 'same'/'valid' padding");
     op.padding = {(**pad)[0], (**pad)[1]};
     op.dilation = {(*o.dilation())[0], (*o.dilation())[1]};
