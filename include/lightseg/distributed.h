@@ -65,6 +65,7 @@ class GradientSync {
 
  private:
   struct Bucket;
+  void reduce_now(Bucket& b);
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<torch::Tensor> params_;
   std::vector<std::pair<size_t, unsigned>> hooks_;

@@ -207,32 +207,27 @@ void GradientSync::begin() {
   }
 }
 
+// Gathers the bucket's gradients (zeros where a parameter has none) and all-reduces them now.
+void GradientSync::reduce_now(Bucket& b) {
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    auto& p = params_[b.params[j]];
+    auto slot = b.flat.narrow(0, b.offsets[j], p.numel());
+    if (p.grad().defined()) slot.copy_(p.grad().reshape(-1));
+    else slot.zero_();
+  }
+  c_->allreduce_sum(b.flat);
+}
+
 void GradientSync::finish() {
   torch::NoGradGuard ng;
   auto t0 = std::chrono::steady_clock::now();
   const double scale = 1.0 / c_->world();
   for (auto& b : buckets_) {
     if (overlap_) {
-      if (!b->pending) {
-        // some parameter got no gradient this step (hook never fired): reduce what we have
-        for (size_t j = 0; j < b->params.size(); ++j) {
-          auto& p = params_[b->params[j]];
-          auto slot = b->flat.narrow(0, b->offsets[j], p.numel());
-          if (p.grad().defined()) slot.copy_(p.grad().reshape(-1));
-          else slot.zero_();
-        }
-        c_->allreduce_sum(b->flat);
-      } else {
-        b->pending->wait();
-      }
+      if (b->pending) b->pending->wait();
+      else reduce_now(*b);  // some parameter got no gradient this step (its hook never fired)
     } else {
-      for (size_t j = 0; j < b->params.size(); ++j) {
-        auto& p = params_[b->params[j]];
-        auto slot = b->flat.narrow(0, b->offsets[j], p.numel());
-        if (p.grad().defined()) slot.copy_(p.grad().reshape(-1));
-        else slot.zero_();
-      }
-      c_->allreduce_sum(b->flat);
+      reduce_now(*b);
     }
     for (size_t j = 0; j < b->params.size(); ++j) {
       auto& p = params_[b->params[j]];
