@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """The lightseg network in PyTorch (eager), for speed comparisons with `lightseg bench`.
 
+Needs PyTorch: Debian's `apt-get install python3-torch` (1.13, the same oneDNN as LibTorch),
+run with /usr/bin/python3. Nothing in the build or the tests needs it.
+
 Same modules, parameter names and data flow as src/model/*.cpp (NETWORK.md defaults, or a
 configuration / weights file), so a .lsw weights file loads here unchanged.
 

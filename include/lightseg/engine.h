@@ -10,6 +10,8 @@
 //   onednn  the same list compiled once per input shape into oneDNN primitives with
 //           prepacked weights, reused buffers and fused epilogues (CPU, when built with
 //           libdnnl); the fastest on CPU, so "auto" picks it there, "fused" elsewhere.
+//           The first call at a new input size builds that size's plan (~0.2 s); an engine
+//           keeps up to 4 plans, each with its buffers (~30 MB at 360×480, batch 1).
 //
 // The engine owns its copy of the weights (never the caller's training graph), applies the
 // model's normalisation itself, and is safe to call from one thread at a time (Predictor

@@ -1,23 +1,30 @@
 // The oneDNN backend: the fused operation list (fused_network.h) compiled once per input
-// shape into a plan — oneDNN convolution / pooling / resampling primitives with their weights
-// reordered (prepacked) once, every activation in a blocked layout (nChw16c), buffers
-// assigned by liveness and kept between calls, and one pass of our own per operation for
-// what oneDNN 2.6 cannot fuse into a JIT convolution: PReLU (its PReLU post-op falls back to
-// the reference kernel), the residual and adder additions, the attention product, the
-// concat halves (written in place) and the final ×4 upsampling straight into the output.
+// shape into a plan:
+//   - oneDNN convolution / pooling / resampling primitives, weights reordered (prepacked)
+//     once; for dense 3×3 stride-1 convolutions Winograd or direct, whichever measures
+//     faster when the plan is built (Winograd runs the init module's 32-channel convs
+//     ~2.4× faster); for the first convolution an NCHW or NHWC input, likewise;
+//   - every activation in oneDNN's blocked layout (nChw16c), buffers assigned by liveness
+//     (most recently freed first: still in cache) and kept between calls;
+//   - our own kernels for what oneDNN 2.6 cannot do well: PReLU (its PReLU post-op falls
+//     back to the reference kernel), so a convolution that needs PReLU, a residual or an
+//     adder is followed by one in-place pass doing all of them; depthwise convolutions with
+//     that pass fused (oneDNN's JIT kernel refuses large dilations on small maps); one-output-
+//     channel convolutions (oneDNN pads them to 16 channels); the attention product; concat
+//     halves written in place; the final ×4 bilinear upsampling straight into the logits.
+// Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread count).
 #include "infer/onednn_engine.h"
+
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
-
-#include <sys/mman.h>
 #include <functional>
 #include <map>
+#include <new>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -51,7 +58,8 @@ constexpr int64_t kBlock = 16;
 int64_t round_up(int64_t c) { return (c + kBlock - 1) / kBlock * kBlock; }
 
 // Where a value lives: a buffer of `ctot` channels in nChw16c (or, for the normalised image,
-// plain NCHW or NHWC, whichever the first convolution runs faster on), the value being channels [coff, coff + C) of it (coff > 0: a concat part).
+// plain NCHW or NHWC, whichever the first convolution runs faster on), the value being
+// channels [coff, coff + C) of it (coff > 0: a concat part written in place).
 struct View {
   float* data = nullptr;
   int64_t N = 0, C = 0, H = 0, W = 0;
@@ -93,12 +101,15 @@ struct Epilogue {
 constexpr int64_t kTile = 64;  // pixels per tile: 64×16 floats stay in L1
 
 // 16 floats: one channel block of one pixel (GCC/Clang vector extension; one zmm register in
-// the AVX-512 clone, two ymm in the AVX2 one).
+// the AVX-512 clone, two ymm in the AVX2 one). The helpers are always inlined into the
+// clones, so the ABI note GCC gives for 64-byte vector returns does not apply.
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
-inline v16 load(const float* p) { return *reinterpret_cast<const v16u*>(p); }
-inline void store(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
-inline v16 splat(float x) { return v16{} + x; }
+inline __attribute__((always_inline)) v16 load(const float* p) { return *reinterpret_cast<const v16u*>(p); }
+inline __attribute__((always_inline)) void store(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
 
 // The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
 // residual, activation, product, additions, padding lanes to zero; then the store.
@@ -227,6 +238,68 @@ void run_depthwise(const DepthwiseConv& c) {
   });
 }
 
+// A convolution with one output channel (C2.2/C2.4's compressions, C7.2's attention conv):
+// oneDNN pads the output to 16 channels and runs 16× the work; here each output pixel is a
+// dot product over the input blocks, then bias and activation; lanes 1..15 are written 0.
+struct SingleChannelConv {
+  View src, dst;
+  torch::Tensor weight;  // [kh][kw][blocks][16]
+  float bias = 0.f;
+  Act act = Act::None;
+  float slope = 0.f;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+LIGHTSEG_MULTIVERSION
+void single_channel_row(const SingleChannelConv& c, int64_t n, int64_t y) {
+  const View& x = c.src;
+  const int64_t blocks = round_up(x.C) / kBlock, OW = c.dst.W, P = x.pixels();
+  const float* src = x.block(n, 0);
+  const float* w = c.weight.data_ptr<float>();
+  float* d = c.dst.block(n, 0) + y * OW * kBlock;
+  v16 t[kTile];
+  for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
+    const int64_t np = std::min(kTile, OW - x0);
+    for (int64_t i = 0; i < np; ++i) t[i] = v16{};
+    for (int64_t ky = 0; ky < c.kh; ++ky) {
+      const int64_t iy = y * c.sh - c.ph + ky * c.dh;
+      if (iy < 0 || iy >= x.H) continue;
+      for (int64_t kx = 0; kx < c.kw; ++kx) {
+        const int64_t off = kx * c.dw - c.pw;  // ix = xo·sw + off ∈ [0, W)
+        int64_t lo = off >= 0 ? 0 : (-off + c.sw - 1) / c.sw;
+        int64_t hi = x.W - 1 - off >= 0 ? (x.W - 1 - off) / c.sw + 1 : 0;
+        lo = std::max(lo, x0);
+        hi = std::min(hi, x0 + np);
+        const float* wk = w + (ky * c.kw + kx) * blocks * kBlock;
+        for (int64_t g = 0; g < blocks; ++g) {
+          const v16 wg = load(wk + g * kBlock);
+          const float* s = src + (g * P + iy * x.W + off) * kBlock;
+          for (int64_t xo = lo; xo < hi; ++xo) t[xo - x0] += wg * load(s + xo * c.sw * kBlock);
+        }
+      }
+    }
+    for (int64_t i = 0; i < np; ++i) {
+      float v = c.bias;
+      for (int l = 0; l < kBlock; ++l) v += t[i][l];
+      switch (c.act) {
+        case Act::None: break;
+        case Act::PReLU: v = v > 0.f ? v : v * c.slope; break;
+        case Act::ReLU: v = v > 0.f ? v : 0.f; break;
+        case Act::Sigmoid: v = 1.f / (1.f + std::exp(-v)); break;
+      }
+      v16 out{};
+      out[0] = v;
+      store(d + (x0 + i) * kBlock, out);
+    }
+  }
+}
+
+void run_single_channel(const SingleChannelConv& c) {
+  at::parallel_for(0, c.dst.N * c.dst.H, 4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) single_channel_row(c, i / c.dst.H, i % c.dst.H);
+  });
+}
+
 void run_epilogue(const Epilogue& e) {
   const int64_t blocks = round_up(e.dst.C) / kBlock, P = e.dst.pixels();
   const int64_t tiles = (P + kTile - 1) / kTile;
@@ -334,21 +407,6 @@ torch::Tensor padded(const torch::Tensor& t, int64_t c) {
 class Plan {
  public:
   Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W);
-  ~Plan();
-  void report() {  // TEMPORARY
-    if (prof_runs_ == 0) return;
-    double tot = 0;
-    for (size_t i = 0; i < prof_.size(); ++i) {
-      std::fprintf(stderr, "%8.3f ms  %s\n", prof_[i] / prof_runs_, labels_[i].c_str());
-      tot += prof_[i] / prof_runs_;
-    }
-    std::fprintf(stderr, "%8.3f ms  total\n", tot);
-    size_t bytes = 0;
-    for (auto& t : storage_) bytes += t.floats * 4;
-    std::fprintf(stderr, "buffers: %zu, %.1f MB\n", storage_.size(), bytes / 1e6);
-  }
-  std::vector<double> prof_;
-  int prof_runs_ = 0;
   torch::Tensor run(const torch::Tensor& images, dnnl::stream& strm);
 
  private:
@@ -361,7 +419,7 @@ class Plan {
   int64_t N_, H_, W_;
   std::vector<View> views_;
   std::vector<Step> steps_;
-  std::vector<std::string> labels_;                    // per step, for profiles
+  std::vector<std::string> labels_;                    // what each step runs (op, kernel): for debuggers
   struct Buffer {
     std::unique_ptr<float, void (*)(void*)> data;
     size_t floats;
@@ -402,10 +460,6 @@ void Plan::release(float* p, size_t floats) {
   for (const auto& b : storage_)
     if (b.data.get() == p) floats = b.floats;  // its capacity
   free_.emplace(floats, p);
-}
-
-Plan::~Plan() {
-  report();  // TEMPORARY
 }
 
 Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W)
@@ -507,6 +561,30 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
       case FusedOp::Kind::Conv: {
         const int64_t O = op.weight.size(0), I = op.weight.size(1), kh = op.weight.size(2), kw = op.weight.size(3);
         const int64_t G = op.groups;
+        if (O == 1 && G == 1 && x.fmt == View::Fmt::Blocked && op.residual < 0 && op.add.empty() &&
+            alias_of[out] < 0) {  // one output channel: ours
+          place(out);
+          auto c = std::make_shared<SingleChannelConv>();
+          c->src = x;
+          c->dst = views_[out];
+          const int64_t blocks = round_up(I) / kBlock;
+          auto t = torch::zeros({kh, kw, blocks * kBlock});
+          t.slice(2, 0, I).copy_(op.weight.to(torch::kCPU, torch::kFloat32)[0].permute({1, 2, 0}));
+          c->weight = t.contiguous();
+          c->bias = op.bias.to(torch::kCPU, torch::kFloat32).item<float>();
+          c->act = op.act;
+          if (op.act == Act::PReLU) c->slope = op.slopes.to(torch::kCPU, torch::kFloat32).flatten()[0].item<float>();
+          c->kh = kh;
+          c->kw = kw;
+          c->sh = op.stride[0];
+          c->sw = op.stride[1];
+          c->ph = op.padding[0];
+          c->pw = op.padding[1];
+          c->dh = op.dilation[0];
+          c->dw = op.dilation[1];
+          add_step(op.name + " (one channel)", [c](dnnl::stream&) { run_single_channel(*c); });
+          break;
+        }
         if (G > 1 && G == O && G == x.C && I == 1 && kh <= 16 && x.fmt == View::Fmt::Blocked) {  // depthwise: ours
           place(out);
           auto c = std::make_shared<DepthwiseConv>();
@@ -604,6 +682,10 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           add_candidate(dnnl::algorithm::convolution_winograd, x.fmt);
         if (x.fmt != View::Fmt::Blocked) add_candidate(dnnl::algorithm::convolution_direct, View::Fmt::Nhwc);
         if (cands.empty()) throw std::runtime_error("onednn: no convolution for " + op.name);
+        // A reference (non-JIT) kernel is never the fastest; timing one can take a second.
+        auto is_ref = [](const Candidate& c) { return c.impl.rfind("ref", 0) == 0; };
+        if (std::any_of(cands.begin(), cands.end(), [&](const Candidate& c) { return !is_ref(c); }))
+          cands.erase(std::remove_if(cands.begin(), cands.end(), is_ref), cands.end());
         if (cands.size() > 1) {
           dnnl::stream s(eng_);
           for (auto& c : cands) {
@@ -803,18 +885,6 @@ torch::Tensor Plan::run(const torch::Tensor& images, dnnl::stream& strm) {
                                                torch::MemoryFormat::ChannelsLast));
   input_ = images.data_ptr<float>();
   output_ = out.data_ptr<float>();
-  static const bool prof = std::getenv("LIGHTSEG_PROFILE_TMP") != nullptr;  // TEMPORARY
-  if (prof) {
-    if (prof_.empty()) prof_.assign(steps_.size(), 0.0);
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      steps_[i](strm);
-      strm.wait();
-      prof_[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    }
-    ++prof_runs_;
-    return out;
-  }
   for (auto& s : steps_) s(strm);
   strm.wait();
   return out;
