@@ -3,7 +3,10 @@
 
 #include "lightseg/engine.h"
 #include "lightseg/fused_network.h"
+#include "lightseg/image_io.h"
 #include "lightseg/transforms.h"
+#include "lightseg/weights.h"
+#include "test_paths.h"
 
 using namespace lightseg;
 
@@ -211,5 +214,106 @@ TEST(Engine, DoesNotShareTheCallersWeights) {
       torch::NoGradGuard ng;
       for (auto& p : net->parameters()) p.sub_(0.5);
     }
+  }
+}
+
+namespace {
+
+// The bf16 oneDNN engine, or null (with the reason) where this build or CPU has none.
+std::unique_ptr<InferenceEngine> bf16_engine(const Network& net, const ModelMeta& meta, std::string* why) {
+  auto b = available_backends();
+  if (std::find(b.begin(), b.end(), "onednn") == b.end()) {
+    *why = "this build has no onednn backend";
+    return nullptr;
+  }
+  EngineOptions o;
+  o.backend = "onednn";
+  o.dtype = torch::kBFloat16;
+  try {
+    return make_engine(net, meta, o);
+  } catch (const std::invalid_argument& e) {
+    *why = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+TEST(Engine, Bf16KeepsTheLabelsOfTheShippedWeights) {
+  // Dense convolutions in bf16 (f32 accumulation): on the shipped CamVid weights and the
+  // bundled CamVid images, ≥ 99.9 % of the pixels keep the training graph's label.
+  const std::string weights = std::string(LIGHTSEG_SOURCE_DIR) + "/models/camvid.lsw";
+  ModelMeta meta;
+  Network net = load_network(weights, &meta);
+  std::string why;
+  auto engine = bf16_engine(net, meta, &why);
+  if (!engine) GTEST_SKIP() << why;
+  EXPECT_EQ(engine->backend(), "onednn-bf16");
+  double agree = 0, worst = 0;
+  int n = 0;
+  for (const char* name : {"0016E5_07959.png", "0016E5_08057.png", "0016E5_08157.png"}) {
+    auto x = to_rgb_chw_float(read_image_file(std::string(LIGHTSEG_SOURCE_DIR) + "/examples/" + name)).unsqueeze(0);
+    auto ref = reference(net, meta, x);
+    auto got = engine->logits(x);
+    ASSERT_EQ(got.sizes(), ref.sizes());
+    agree += agreement(got, ref);
+    worst = std::max(worst, max_diff(got, ref));
+    ++n;
+  }
+  std::printf("  bf16 on the shipped weights: labels %.5f, max |logit diff| %.3f\n", agree / n, worst);
+  EXPECT_GE(agree / n, 0.999);
+  EXPECT_LT(worst, 1.0);
+}
+
+TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
+  // The bf16 copies ("shadows") are written by our passes or by reorders, for concat
+  // results, padded channel blocks and odd sizes alike: logits stay close to float32.
+  NetworkConfig odd;
+  odd.c0 = 20;
+  odd.c1 = 40;
+  odd.c2 = 72;
+  odd.stage1 = {1, FELayerType::FEB, {2}};
+  odd.stage2 = {2, FELayerType::DAB, {4, 8}};
+  odd.num_classes = 19;
+  NetworkConfig res;
+  res.stage2 = {2, FELayerType::ResNet, {2, 4}};
+  res.spatial_attention = false;
+  for (const auto& cfg : {NetworkConfig{}, odd, res}) {
+    auto net = random_net(cfg, 9);
+    ModelMeta meta = ModelMeta::generic(cfg.num_classes);
+    std::string why;
+    auto engine = bf16_engine(net, meta, &why);
+    if (!engine) GTEST_SKIP() << why;
+    auto f32 = make_engine(net, meta, "onednn");
+    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {2 * 90, 2 * 120}}) {
+      auto x = images(1, h, w);
+      auto ref = reference(net, meta, x);
+      auto got = engine->logits(x);
+      ASSERT_EQ(got.sizes(), ref.sizes());
+      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
+      std::printf("  bf16 c0=%lld %4lldx%-4lld labels %.5f  max |logit diff| %.2e (logits up to %.1f)\n",
+                  static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
+                  agreement(got, ref), d, scale);
+      EXPECT_GE(agreement(got, ref), 0.99);
+      EXPECT_LT(d, 0.02 * scale);
+      // and it is not float32 in disguise: bf16 rounding shows in the logits
+      EXPECT_GT(max_diff(got, f32->logits(x)), 1e-5);
+    }
+  }
+}
+
+TEST(Engine, PrecisionErrorsAreClear) {
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  EngineOptions o;
+  o.dtype = torch::kHalf;  // no fp16 on the CPU
+  EXPECT_THROW(make_engine(net, meta, o), std::invalid_argument);
+  o.dtype = torch::kBFloat16;
+  o.backend = "eager";  // bf16 only through onednn
+  try {
+    make_engine(net, meta, o);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("onednn"), std::string::npos) << e.what();
   }
 }

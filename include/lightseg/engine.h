@@ -10,6 +10,7 @@
 //   onednn  the same list compiled once per input shape into oneDNN primitives with
 //           prepacked weights, reused buffers and fused epilogues (CPU, when built with
 //           libdnnl); the fastest on CPU, so "auto" picks it there, "fused" elsewhere.
+//           With dtype kBFloat16 its dense convolutions run in bf16 ("onednn-bf16").
 //           The first call at a new input size builds that size's plan (~0.2 s); an engine
 //           keeps up to 4 plans, each with its buffers (~30 MB at 360×480, batch 1).
 //
@@ -46,8 +47,10 @@ std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta
 struct EngineOptions {
   std::string backend = "auto";
   torch::Device device = torch::kCPU;
-  // Compute type of the fused backend on CUDA: kFloat32, kHalf or kBFloat16 (logits are
-  // always returned as float32). CPU backends compute in float32.
+  // Compute type (logits are always returned as float32): on CUDA, of the fused backend:
+  // kFloat32, kHalf or kBFloat16. On the CPU: kFloat32, or kBFloat16 with the onednn
+  // backend on CPUs with AVX512-BF16/AMX (dense convolutions in bf16 with f32 accumulation,
+  // ~2× their f32 speed; labels agree with float32 on ~99.95% of CamVid val pixels).
   torch::ScalarType dtype = torch::kFloat32;
   bool cuda_graphs = true;  // fused on CUDA at batch 1: capture once per shape, then replay
 };

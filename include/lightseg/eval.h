@@ -12,6 +12,10 @@ namespace lightseg {
 
 struct EvalOptions {
   torch::Device device = torch::kCPU;
+  // "eager": the network itself (training graph in eval mode); else an inference backend
+  // (make_engine: auto, onednn, fused) computing in `dtype`.
+  std::string backend = "eager";
+  torch::ScalarType dtype = torch::kFloat32;
   std::string save_dir;  // if set: each prediction as an 8-bit label-id PNG named after its image
   // called after each image: (done, total)
   std::function<void(size_t, size_t)> progress;
@@ -24,9 +28,10 @@ struct EvalResult {
   std::vector<std::string> class_names;
   size_t images = 0;
   double seconds = 0;
+  std::string backend;  // what computed the predictions
   double miou() const { return confusion.miou(); }
   double pixel_accuracy() const { return confusion.pixel_accuracy(); }
-  // {"miou": x, "pixel_acc": y, "per_class": {name: iou, ...}, "images": n}
+  // {"miou": x, "pixel_acc": y, "per_class": {name: iou, ...}, "images": n, "backend": b}
   nlohmann::json to_json() const;
 };
 

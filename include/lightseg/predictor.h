@@ -66,6 +66,7 @@ struct PredictorOptions {
   std::string weights;             // .lsw file; empty: default_weights_path() (throws if none)
   std::string backend = "auto";    // see make_engine()
   std::string device = "cpu";      // "cpu" or "cuda"
+  torch::ScalarType dtype = torch::kFloat32;  // compute type, see EngineOptions::dtype
   int engines = 1;                 // engines in the pool (concurrent forward passes)
   int64_t max_pixels = 0;          // refuse larger inputs with InputError::TooLarge (0: no limit)
 };

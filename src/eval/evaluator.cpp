@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "lightseg/engine.h"
 #include "lightseg/eval.h"
 #include "lightseg/image_io.h"
 #include "lightseg/transforms.h"
@@ -17,7 +18,7 @@ nlohmann::json EvalResult::to_json() const {
     const std::string name = c < class_names.size() ? class_names[c] : "class" + std::to_string(c);
     per[name] = std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
   }
-  return {{"miou", miou()}, {"pixel_acc", pixel_accuracy()}, {"per_class", per}, {"images", images}};
+  return {{"miou", miou()}, {"pixel_acc", pixel_accuracy()}, {"per_class", per}, {"images", images}, {"backend", backend}};
 }
 
 torch::Tensor predict_labels(Network& net, const torch::Tensor& x) {
@@ -35,12 +36,23 @@ EvalResult evaluate(Network& net, const ModelMeta& meta, const SegDataset& data,
   EvalResult r;
   r.confusion = ConfusionMatrix(data.num_classes(), kIgnore);
   r.class_names = data.meta().class_names;
+  std::unique_ptr<InferenceEngine> engine;
+  if (o.backend != "eager" || o.dtype != torch::kFloat32) {
+    EngineOptions eo;
+    eo.backend = o.backend;
+    eo.device = o.device;
+    eo.dtype = o.dtype;
+    engine = make_engine(net, meta, eo);
+    r.backend = engine->backend();
+  } else {
+    r.backend = "eager";
+  }
   if (!o.save_dir.empty()) fs::create_directories(o.save_dir);
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = static_cast<size_t>(o.rank); i < data.size(); i += static_cast<size_t>(o.world)) {
     auto [img, lab] = data.load(i);
-    auto x = normalize(to_rgb_chw_float(img), meta).unsqueeze(0).to(o.device);
-    auto pred = predict_labels(net, x)[0].to(torch::kCPU);
+    auto rgb = to_rgb_chw_float(img).unsqueeze(0).to(o.device);
+    auto pred = (engine ? engine->labels(rgb) : predict_labels(net, normalize(rgb, meta)))[0].to(torch::kCPU);
     r.confusion.update(pred, lab);
     if (!o.save_dir.empty()) {
       auto name = fs::path(data.sample(i).image).stem().string() + ".png";

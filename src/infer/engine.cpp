@@ -138,13 +138,23 @@ std::vector<std::string> available_backends(torch::Device device) {
 std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
   std::string backend = o.backend;
   if (backend == "auto") backend = available_backends(o.device).front();  // measured fastest first
-  if (backend == "eager") return std::make_unique<EagerEngine>(net, meta, o.device);
+  if (o.device.is_cpu() && o.dtype != torch::kFloat32) {
+    if (o.dtype != torch::kBFloat16)
+      throw std::invalid_argument(std::string("the CPU backends compute in float32 or (onednn) bfloat16, not ") +
+                                  c10::toString(o.dtype));
+    if (backend != "onednn")
+      throw std::invalid_argument("bfloat16 on the CPU needs the onednn backend (asked for '" + backend + "')");
+  }
+  if (backend == "eager") {
+    if (o.dtype != torch::kFloat32) throw std::invalid_argument("the eager backend computes in float32 only");
+    return std::make_unique<EagerEngine>(net, meta, o.device);
+  }
   if (backend == "fused") return std::make_unique<FusedEngine>(net, meta, o);
   if (backend == "onednn") {
     if (!o.device.is_cpu()) throw std::invalid_argument("the onednn backend runs on the CPU only");
     if (!onednn_available())
       throw std::invalid_argument("this build has no onednn backend (libdnnl-dev was not found at configure time)");
-    return make_onednn_engine(fuse_network(net, meta));
+    return make_onednn_engine(fuse_network(net, meta), o.dtype == torch::kBFloat16);
   }
   throw std::invalid_argument("unknown inference backend '" + backend + "' (expected auto, eager, fused or onednn)");
 }

@@ -13,6 +13,13 @@
 //     channel convolutions (oneDNN pads them to 16 channels); the attention product; concat
 //     halves written in place; the final ×4 bilinear upsampling straight into the logits.
 // Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread count).
+//
+// bf16 plans (EngineOptions::dtype = kBFloat16, CPUs with AVX512-BF16 or AMX): every dense
+// convolution but the first reads a bf16 copy of its input ("shadow": nChw16c, written by
+// the producer's pass alongside, or instead of, the f32 value; by a oneDNN reorder where
+// the producer is a oneDNN primitive) and bf16 weights, accumulating in f32; twice the
+// multiply-accumulates per cycle of f32. Everything else stays f32. The first convolution
+// stays f32: rounding the normalised image costs the most label agreement.
 #include "infer/onednn_engine.h"
 
 #include <sys/mman.h>
@@ -21,6 +28,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -40,7 +48,7 @@ namespace lightseg {
 #if !LIGHTSEG_HAVE_DNNL
 
 bool onednn_available() { return false; }
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
 
@@ -90,6 +98,8 @@ struct Epilogue {
   const View* mul = nullptr;  // one channel, broadcast
   std::vector<const View*> adds;  // C or one channel (broadcast)
   const float* valid = nullptr;
+  uint16_t* shadow = nullptr;  // bf16 copy of dst (its own nChw16c buffer), when a bf16 conv reads it
+  bool write_f32 = true;       // false: only the shadow is read later
 };
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
@@ -110,6 +120,15 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
 inline __attribute__((always_inline)) v16 load(const float* p) { return *reinterpret_cast<const v16u*>(p); }
 inline __attribute__((always_inline)) void store(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
+// 16 floats → 16 bf16, rounded to nearest even (activations are finite).
+typedef uint32_t v16i __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef uint16_t v16hu __attribute__((vector_size(32), aligned(2)));
+inline __attribute__((always_inline)) void store_bf16(uint16_t* p, v16 v) {
+  v16i u = (v16i)v;  // a bit cast (same-size vector types)
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  *reinterpret_cast<v16hu*>(p) = __builtin_convertvector(u, v16h);
+}
 
 // The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
 // residual, activation, product, additions, padding lanes to zero; then the store.
@@ -153,8 +172,15 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
     }
   }
   const v16 v = load(e.valid + c0);
-  float* d = e.dst.block(n, g) + p * kBlock;
-  for (int64_t i = 0; i < np; ++i) store(d + i * kBlock, t[i] * v);
+  for (int64_t i = 0; i < np; ++i) t[i] *= v;
+  if (e.write_f32) {
+    float* d = e.dst.block(n, g) + p * kBlock;
+    for (int64_t i = 0; i < np; ++i) store(d + i * kBlock, t[i]);
+  }
+  if (e.shadow) {
+    uint16_t* h = e.shadow + ((n * (round_up(e.dst.C) / kBlock) + g) * e.dst.pixels() + p) * kBlock;
+    for (int64_t i = 0; i < np; ++i) store_bf16(h + i * kBlock, t[i]);
+  }
 }
 
 LIGHTSEG_MULTIVERSION
@@ -406,8 +432,9 @@ torch::Tensor padded(const torch::Tensor& t, int64_t c) {
 
 class Plan {
  public:
-  Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W);
+  Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16);
   torch::Tensor run(const torch::Tensor& images, dnnl::stream& strm);
+  ~Plan();
 
  private:
   using Step = std::function<void(dnnl::stream&)>;
@@ -418,6 +445,7 @@ class Plan {
   const dnnl::engine& eng_;
   int64_t N_, H_, W_;
   std::vector<View> views_;
+  std::vector<uint16_t*> shadow_;                      // per value: its bf16 copy (bf16 plans), or null
   std::vector<Step> steps_;
   std::vector<std::string> labels_;                    // what each step runs (op, kernel): for debuggers
   struct Buffer {
@@ -429,6 +457,8 @@ class Plan {
   std::vector<std::unique_ptr<Epilogue>> epilogues_;   // referenced by steps
   std::vector<torch::Tensor> params_;                  // padded per-channel arrays
   const float* input_ = nullptr;                       // set per call
+  std::vector<double> step_seconds_;                   // LIGHTSEG_PROFILE=1: time per step, summed
+  int64_t profiled_runs_ = 0;
   float* output_ = nullptr;                            // set per call
 };
 
@@ -462,12 +492,13 @@ void Plan::release(float* p, size_t floats) {
   free_.emplace(floats, p);
 }
 
-Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W)
+Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16)
     : f_(f), eng_(eng), N_(N), H_(H), W_(W) {
   const auto sizes = f.value_sizes(H, W);
   const int nv = static_cast<int>(f.num_values);
   const int nops = static_cast<int>(f.ops.size());
   views_.resize(nv);
+  shadow_.assign(nv, nullptr);
   for (int v = 0; v < nv; ++v) {
     views_[v].N = N;
     views_[v].C = views_[v].ctot = f.channels[v];
@@ -512,6 +543,31 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
       off += f.channels[part];
     }
   }
+  // bf16 plans: the convolutions that read bf16 (dense ones, but not on the image and not
+  // with one output channel: those run our kernel), the values they need a shadow of, and
+  // the values something else reads in f32.
+  const int normalised = f.ops.front().out;
+  auto single_channel = [&](const FusedOp& op) {
+    return op.kind == FusedOp::Kind::Conv && op.weight.size(0) == 1 && op.groups == 1 && op.in[0] != normalised &&
+           op.residual < 0 && op.add.empty() && alias_of[op.out] < 0;
+  };
+  auto reads_bf16 = [&](const FusedOp& op) {
+    return bf16 && op.kind == FusedOp::Kind::Conv && op.groups == 1 && op.in[0] != normalised && !single_channel(op);
+  };
+  std::vector<bool> need_shadow(nv, false), need_f32(nv, false);
+  need_f32[f.output] = true;
+  for (int i = 1; i < nops; ++i) {
+    const auto& op = f.ops[i];
+    for (size_t k = 0; k < op.in.size(); ++k) (k == 0 && reads_bf16(op) ? need_shadow : need_f32)[op.in[k]] = true;
+    for (int v : op.add) need_f32[v] = true;
+    if (op.residual >= 0) need_f32[op.residual] = true;
+  }
+  auto shadow_floats = [&](int v) {
+    const View& w = views_[v];
+    return static_cast<size_t>(w.N * round_up(w.C) * w.H * w.W + 1) / 2;
+  };
+  Epilogue* final_pass = nullptr;  // the last pass added: it may write the shadow too
+
   auto place = [&](int v) {  // gives value v its storage (a concat part: its concat's)
     View& w = views_[v];
     if (alias_of[v] >= 0) {
@@ -533,6 +589,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
   };
   auto add_epilogue = [&](std::unique_ptr<Epilogue> e, const std::string& label) {
     Epilogue* p = e.get();
+    final_pass = p;
     epilogues_.push_back(std::move(e));
     add_step(label, [p](dnnl::stream&) { run_epilogue(*p); });
   };
@@ -546,6 +603,11 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     const auto& op = f.ops[i];
     const int out = op.out;
     const View& x = views_[op.in[0]];
+    final_pass = nullptr;
+    if (need_shadow[out]) {  // allocated first: it must not share memory with this op's scratch
+      if (alias_of[out] >= 0 || out == f.input) throw std::logic_error("onednn: no bf16 copy of " + op.name);
+      shadow_[out] = reinterpret_cast<uint16_t*>(alloc(shadow_floats(out)));
+    }
     if (i == 0) {  // normalisation: image → plain NCHW (or NHWC, see the first convolution)
       if (op.kind != FusedOp::Kind::Affine || op.in[0] != f.input || op.act != Act::None || !op.add.empty())
         throw std::logic_error("onednn: the operation list must start with the normalisation");
@@ -612,6 +674,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           c->dh = op.dilation[0];
           c->dw = op.dilation[1];
           add_step(op.name + " (depthwise+pass)", [c](dnnl::stream&) { run_depthwise(*c); });
+          final_pass = &c->e;
           break;
         }
         const bool pass = op.act == Act::PReLU || op.residual >= 0 || !op.add.empty() || alias_of[out] >= 0;
@@ -652,12 +715,19 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           double seconds = 1e30;
         };
         std::vector<Candidate> cands;
+        const bool use_bf16 = reads_bf16(op);
         auto add_candidate = [&](dnnl::algorithm alg, View::Fmt fmt) {
           View xs = x;
           xs.fmt = fmt;
+          dnnl::memory::desc sd = xs.desc();
+          if (use_bf16) {  // the input's shadow
+            if (!shadow_[op.in[0]] || x.coff != 0) throw std::logic_error("onednn: no bf16 input for " + op.name);
+            sd = dnnl::memory::desc({x.N, x.C, x.H, x.W}, dtype::bf16, tag::nChw16c);
+          }
           try {
-            dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, xs.desc(),
-                                              dnnl::memory::desc(wd, dtype::f32, tag::any), bmem.get_desc(),
+            dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, sd,
+                                              dnnl::memory::desc(wd, use_bf16 ? dtype::bf16 : dtype::f32, tag::any),
+                                              bmem.get_desc(),
                                               cdst.desc(), {op.stride[0], op.stride[1]},
                                               {op.dilation[0] - 1, op.dilation[1] - 1}, {ph, pw}, {rh, rw});
             dnnl::convolution_forward::primitive_desc pd(d, attr, eng_);
@@ -669,7 +739,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
             dnnl::stream s(eng_);
             dnnl::reorder(wsrc, c.weights).execute(s, wsrc, c.weights);
             s.wait();
-            c.src = dnnl::memory(xs.desc(), eng_, x.data);
+            c.src = use_bf16 ? dnnl::memory(sd, eng_, shadow_[op.in[0]]) : dnnl::memory(sd, eng_, x.data);
             c.prim = dnnl::convolution_forward(pd);
             cands.push_back(std::move(c));
           } catch (const dnnl::error&) {
@@ -677,10 +747,10 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           }
         };
         add_candidate(dnnl::algorithm::convolution_direct, x.fmt);
-        if (G == 1 && kh == 3 && kw == 3 && op.stride[0] == 1 && op.stride[1] == 1 && op.dilation[0] == 1 &&
-            op.dilation[1] == 1 && x.fmt == View::Fmt::Blocked)
+        if (!use_bf16 && G == 1 && kh == 3 && kw == 3 && op.stride[0] == 1 && op.stride[1] == 1 &&
+            op.dilation[0] == 1 && op.dilation[1] == 1 && x.fmt == View::Fmt::Blocked)
           add_candidate(dnnl::algorithm::convolution_winograd, x.fmt);
-        if (x.fmt != View::Fmt::Blocked) add_candidate(dnnl::algorithm::convolution_direct, View::Fmt::Nhwc);
+        if (!use_bf16 && x.fmt != View::Fmt::Blocked) add_candidate(dnnl::algorithm::convolution_direct, View::Fmt::Nhwc);
         if (cands.empty()) throw std::runtime_error("onednn: no convolution for " + op.name);
         // A reference (non-JIT) kernel is never the fastest; timing one can take a second.
         auto is_ref = [](const Candidate& c) { return c.impl.rfind("ref", 0) == 0; };
@@ -863,10 +933,26 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
         break;
       }
     }
+    // The shadow: written by this op's last pass when that pass writes the whole value,
+    // else converted from the f32 value by a oneDNN reorder.
+    if (shadow_[out]) {
+      const View& v = views_[out];
+      Epilogue* p = final_pass;
+      if (p && p->dst.data == v.data && p->dst.coff == 0 && p->dst.C == v.C && p->dst.ctot == v.ctot) {
+        p->shadow = shadow_[out];
+        p->write_f32 = need_f32[out];
+      } else {
+        dnnl::memory src(v.desc(), eng_, v.data);
+        dnnl::memory dst(dnnl::memory::desc({v.N, v.C, v.H, v.W}, dtype::bf16, tag::nChw16c), eng_, shadow_[out]);
+        dnnl::reorder r(src, dst);
+        add_step(op.name + " (to bf16)", [r, src, dst](dnnl::stream& s) mutable { r.execute(s, src, dst); });
+      }
+    }
     // Release what this operation read for the last time (concat parts go with their concat).
     auto drop = [&](int v) {
       if (last[v] != i || v == f.input || alias_of[v] >= 0 || !views_[v].data) return;
       release(views_[v].data, views_[v].floats());
+      if (shadow_[v]) release(reinterpret_cast<float*>(shadow_[v]), shadow_floats(v));
     };
     std::vector<int> reads = op.in;
     reads.insert(reads.end(), op.add.begin(), op.add.end());
@@ -885,14 +971,50 @@ torch::Tensor Plan::run(const torch::Tensor& images, dnnl::stream& strm) {
                                                torch::MemoryFormat::ChannelsLast));
   input_ = images.data_ptr<float>();
   output_ = out.data_ptr<float>();
-  for (auto& s : steps_) s(strm);
-  strm.wait();
+  static const bool profile = [] {
+    const char* p = std::getenv("LIGHTSEG_PROFILE");
+    return p && *p && std::string(p) != "0";
+  }();
+  if (!profile) {
+    for (auto& s : steps_) s(strm);
+    strm.wait();
+    return out;
+  }
+  step_seconds_.resize(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    steps_[i](strm);
+    strm.wait();
+    step_seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ++profiled_runs_;
   return out;
+}
+
+// LIGHTSEG_PROFILE=1: the mean time of every step over the plan's calls, on stderr.
+Plan::~Plan() {
+  if (profiled_runs_ == 0) return;
+  double total = 0;
+  for (double s : step_seconds_) total += s;
+  std::fprintf(stderr, "onednn plan %lldx%lldx%lld: %lld calls, %.3f ms per call\n", static_cast<long long>(N_),
+               static_cast<long long>(H_), static_cast<long long>(W_), static_cast<long long>(profiled_runs_),
+               1e3 * total / profiled_runs_);
+  for (size_t i = 0; i < steps_.size(); ++i)
+    std::fprintf(stderr, "  %7.3f ms %5.1f%%  %s\n", 1e3 * step_seconds_[i] / profiled_runs_,
+                 100.0 * step_seconds_[i] / total, labels_[i].c_str());
 }
 
 class Engine : public InferenceEngine {
  public:
-  explicit Engine(const FusedNetwork& f) : f_(to(f, torch::kCPU)), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+  Engine(const FusedNetwork& f, bool bf16)
+      : f_(to(f, torch::kCPU)), bf16_(bf16), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+    if (bf16_) {
+      const auto isa = dnnl::get_effective_cpu_isa();
+      if (isa != dnnl::cpu_isa::avx512_core_bf16 && isa != dnnl::cpu_isa::avx512_core_amx)
+        throw std::invalid_argument(
+            "bf16 inference on the CPU needs AVX512-BF16 or AMX instructions, which this CPU does not have "
+            "(use fp32)");
+    }
     for (auto& op : f_.ops)  // the plans read plain OIHW weights
       if (op.weight.defined()) op.weight = op.weight.contiguous();
   }
@@ -908,15 +1030,16 @@ class Engine : public InferenceEngine {
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       if (plans_.size() >= 4) plans_.clear();  // a few shapes at a time (each holds its buffers)
-      it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3))).first;
+      it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_)).first;
     }
     return it->second->run(x, strm_);
   }
-  std::string backend() const override { return "onednn"; }
+  std::string backend() const override { return bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
 
  private:
   FusedNetwork f_;
+  bool bf16_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
@@ -924,8 +1047,8 @@ class Engine : public InferenceEngine {
 
 }  // namespace onednn
 
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f) {
-  return std::make_unique<onednn::Engine>(f);
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16) {
+  return std::make_unique<onednn::Engine>(f, bf16);
 }
 
 #endif  // LIGHTSEG_HAVE_DNNL

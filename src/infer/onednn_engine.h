@@ -10,7 +10,8 @@ namespace lightseg {
 
 // False when the library was built without libdnnl.
 bool onednn_available();
-// Throws std::runtime_error when unavailable.
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f);
+// Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
+// accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument).
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false);
 
 }  // namespace lightseg

@@ -129,7 +129,11 @@ struct Predictor::Impl {
     torch::Device dev(opt.device);
     if (dev.is_cuda() && !torch::cuda::is_available())
       throw std::runtime_error("device '" + opt.device + "': no CUDA device available");
-    for (int i = 0; i < opt.engines; ++i) engines.push_back(make_engine(net, meta, opt.backend, dev));
+    EngineOptions eo;
+    eo.backend = opt.backend;
+    eo.device = dev;
+    eo.dtype = opt.dtype;
+    for (int i = 0; i < opt.engines; ++i) engines.push_back(make_engine(net, meta, eo));
     backend = engines.front()->backend();
     for (auto& e : engines) workers.emplace_back([this, eng = e.get()] { work(*eng); });
   }

@@ -59,7 +59,9 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
         sub->add_option("--iters", a.iters, "Timed iterations")->check(CLI::Range(1, 1000000))->capture_default_str();
         break;
       case Opt::Precision:
-        sub->add_option("--precision", a.precision, "Compute type on CUDA: fp32, fp16 or bf16 (CPU: fp32)")
+        sub->add_option("--precision", a.precision,
+                        "Compute type: fp32, bf16 or fp16 (fp16: CUDA only; bf16 on the CPU: onednn backend, "
+                        "CPUs with AVX512-BF16 or AMX)")
             ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
             ->capture_default_str();
         break;
@@ -74,6 +76,13 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
         break;
     }
   }
+}
+
+c10::ScalarType precision_type(const std::string& p) {
+  if (p == "fp16") return c10::ScalarType::Half;
+  if (p == "bf16") return c10::ScalarType::BFloat16;
+  if (p == "fp32") return c10::ScalarType::Float;
+  throw std::invalid_argument("precision must be fp32, bf16 or fp16, got '" + p + "'");
 }
 
 std::pair<int64_t, int64_t> parse_size(const std::string& s) {

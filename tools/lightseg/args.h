@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <c10/core/ScalarType.h>
 
 namespace lightseg::cli {
 
@@ -38,6 +39,8 @@ enum class Opt { Threads, Device, Weights, Config, Size, Json, Data, Dataset, Sp
 void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which);
 // "360x480" → {360, 480}; throws on bad text or sizes < 32.
 std::pair<int64_t, int64_t> parse_size(const std::string& s);
+// --precision text → compute type: fp32 → kFloat32, bf16 → kBFloat16, fp16 → kHalf.
+c10::ScalarType precision_type(const std::string& p);
 
 extern int g_argc;     // the process's command line (train --nproc re-executes it)
 extern char** g_argv;

@@ -22,7 +22,8 @@ std::string resolve_weights(const std::string& given) {
 
 void add_eval(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("eval", "Evaluate weights on a dataset split (mIoU, per-class IoU, pixel accuracy)");
-  add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Split, Opt::Weights, Opt::Json, Opt::Device, Opt::Threads});
+  add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Split, Opt::Weights, Opt::Json, Opt::Device, Opt::Threads,
+                       Opt::Backend, Opt::Precision});
   static std::string save;
   sub->add_option("--save", save, "Write each prediction as an 8-bit label-id PNG into this folder");
   sub->callback([&a]() {
@@ -38,12 +39,15 @@ void add_eval(CLI::App& app, Args& a) {
     ProgressLine line;
     EvalOptions eo;
     eo.device = dev;
+    // The training graph by default (the model card's figures); an inference backend on request.
+    eo.backend = a.backend == "auto" && a.precision == "fp32" ? "eager" : a.backend;
+    eo.dtype = precision_type(a.precision);
     eo.save_dir = save;
     eo.progress = [&](size_t i, size_t n) { line.update("eval " + std::to_string(i) + "/" + std::to_string(n)); };
     auto r = evaluate(net, meta, data, eo);
     line.done();
     auto iou = r.confusion.iou();
-    std::printf("weights: %s\n%s/%s: %zu images, %.1f s (%.2f img/s)\n", wpath.c_str(), a.dataset.c_str(),
+    std::printf("weights: %s (backend %s, %s)\n%s/%s: %zu images, %.1f s (%.2f img/s)\n", wpath.c_str(), r.backend.c_str(), a.precision.c_str(), a.dataset.c_str(),
                 a.split.c_str(), r.images, r.seconds, r.images / std::max(r.seconds, 1e-9));
     std::printf("%-16s %8s\n", "class", "IoU");
     for (size_t c = 0; c < iou.size(); ++c)

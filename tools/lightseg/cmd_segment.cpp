@@ -286,7 +286,7 @@ void segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::pa
 void add_segment(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand(
       "segment", "Segment images, folders (recursive .png/.jpg), videos or a camera: label-id PNGs, colour masks, overlays");
-  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Threads});
+  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Precision, Opt::Threads});
   static SegmentArgs s;
   sub->add_option("inputs", s.inputs, "Image files, folders or video files");
   sub->add_option("--format", s.format,
@@ -316,6 +316,7 @@ void add_segment(CLI::App& app, Args& a) {
     po.weights = resolve_weights(a.weights);
     po.device = a.device;
     po.backend = a.backend;
+    po.dtype = precision_type(a.precision);
     Predictor predictor(po);
     fs::create_directories(out);
 

@@ -34,7 +34,7 @@ extern "C" void on_stop_signal(int sig) {
 
 void add_serve(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("serve", "HTTP service: POST /v1/segment, GET /v1/model, GET /healthz, and a web page at /");
-  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend});
+  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend, Opt::Precision});
   struct ServeArgs {
     size_t max_bytes = 16u << 20;
     int64_t max_pixels = 4096 * 1024;
@@ -57,6 +57,7 @@ void add_serve(CLI::App& app, Args& a) {
     po.weights = resolve_weights(a.weights);
     po.device = a.device;
     po.backend = a.backend;
+    po.dtype = precision_type(a.precision);
     auto predictor = std::make_shared<const Predictor>(po);
 
     ServerOptions so;
