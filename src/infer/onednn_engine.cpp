@@ -69,20 +69,27 @@ int64_t round_up(int64_t c) { return (c + kBlock - 1) / kBlock * kBlock; }
 // plain NCHW or NHWC, whichever the first convolution runs faster on), the value being
 // channels [coff, coff + C) of it (coff > 0: a concat part written in place).
 struct View {
-  float* data = nullptr;
+  float* data = nullptr;  // the storage (of uint16_t elements when bf16)
   int64_t N = 0, C = 0, H = 0, W = 0;
   int64_t ctot = 0, coff = 0;
   enum class Fmt { Blocked, Nchw, Nhwc } fmt = Fmt::Blocked;  // plain formats: the normalised image only
+  bool bf16 = false;  // elements are bf16 (bf16 plans: values only bf16-capable kernels read)
   int64_t pixels() const { return H * W; }
-  // Pointer to pixel 0 of channel block g of image n (blocked views).
-  float* block(int64_t n, int64_t g) const {
-    return data + ((n * (round_up(ctot) / kBlock) + coff / kBlock + g) * pixels()) * kBlock;
+  int64_t offset(int64_t n, int64_t g) const {  // element index of pixel 0 of block g of image n
+    return ((n * (round_up(ctot) / kBlock) + coff / kBlock + g) * pixels()) * kBlock;
   }
+  // Pointer to pixel 0 of channel block g of image n (blocked views), f32 or bf16 storage.
+  float* block(int64_t n, int64_t g) const { return data + offset(n, g); }
+  uint16_t* blockh(int64_t n, int64_t g) const { return reinterpret_cast<uint16_t*>(data) + offset(n, g); }
   dnnl::memory::desc desc() const {
-    return dnnl::memory::desc({N, C, H, W}, dtype::f32,
+    return dnnl::memory::desc({N, C, H, W}, bf16 ? dtype::bf16 : dtype::f32,
                               fmt == Fmt::Nchw ? tag::nchw : fmt == Fmt::Nhwc ? tag::nhwc : tag::nChw16c);
   }
-  size_t floats() const { return static_cast<size_t>(N * (fmt == Fmt::Blocked ? round_up(ctot) : ctot) * H * W); }
+  // Storage size in floats (bf16: half the elements, rounded up).
+  size_t floats() const {
+    const auto n = static_cast<size_t>(N * (fmt == Fmt::Blocked ? round_up(ctot) : ctot) * H * W);
+    return bf16 ? (n + 1) / 2 : n;
+  }
 };
 
 // The per-operation pass: out = Σ add + act(x·scale + shift + residual) ⊙ mul, on blocks of
@@ -98,8 +105,8 @@ struct Epilogue {
   const View* mul = nullptr;  // one channel, broadcast
   std::vector<const View*> adds;  // C or one channel (broadcast)
   const float* valid = nullptr;
-  uint16_t* shadow = nullptr;  // bf16 copy of dst (its own nChw16c buffer), when a bf16 conv reads it
-  bool write_f32 = true;       // false: only the shadow is read later
+  uint16_t* shadow = nullptr;  // bf16 copy of an f32 dst (its own nChw16c buffer), when a bf16 conv reads it
+  bool write_dst = true;       // false: only the shadow is read later
 };
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
@@ -129,6 +136,25 @@ inline __attribute__((always_inline)) void store_bf16(uint16_t* p, v16 v) {
   u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   *reinterpret_cast<v16hu*>(p) = __builtin_convertvector(u, v16h);
 }
+inline __attribute__((always_inline)) v16 load(const uint16_t* p) {  // 16 bf16 → 16 floats
+  const v16i u = __builtin_convertvector(*reinterpret_cast<const v16hu*>(p), v16i) << 16;
+  return (v16)u;
+}
+inline __attribute__((always_inline)) float scalar(const float* p) { return *p; }
+inline __attribute__((always_inline)) float scalar(const uint16_t* p) {
+  const uint32_t u = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// t[i] += v(pixel p + i of block g of image n), for f32 or bf16 views; C == 1 views broadcast lane 0.
+template <class T>
+inline __attribute__((always_inline)) void accumulate(v16* t, const T* q, int64_t np, bool broadcast) {
+  if (broadcast)
+    for (int64_t i = 0; i < np; ++i) t[i] += scalar(q + i * kBlock);
+  else
+    for (int64_t i = 0; i < np; ++i) t[i] += load(q + i * kBlock);
+}
 
 // The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
 // residual, activation, product, additions, padding lanes to zero; then the store.
@@ -140,8 +166,10 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
     for (int64_t i = 0; i < np; ++i) t[i] = t[i] * sc + sh;
   }
   if (e.residual) {
-    const float* r = e.residual->block(n, g) + p * kBlock;
-    for (int64_t i = 0; i < np; ++i) t[i] += load(r + i * kBlock);
+    if (e.residual->bf16)
+      accumulate(t, e.residual->blockh(n, g) + p * kBlock, np, false);
+    else
+      accumulate(t, e.residual->block(n, g) + p * kBlock, np, false);
   }
   switch (e.act) {
     case Act::None: break;
@@ -158,22 +186,28 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
         for (int l = 0; l < kBlock; ++l) t[i][l] = 1.f / (1.f + std::exp(-t[i][l]));
       break;
   }
-  if (e.mul) {
-    const float* q = e.mul->block(n, 0) + p * kBlock;  // lane 0 of the one-channel value
-    for (int64_t i = 0; i < np; ++i) t[i] *= q[i * kBlock];
+  if (e.mul) {  // lane 0 of the one-channel value
+    if (e.mul->bf16) {
+      const uint16_t* q = e.mul->blockh(n, 0) + p * kBlock;
+      for (int64_t i = 0; i < np; ++i) t[i] *= scalar(q + i * kBlock);
+    } else {
+      const float* q = e.mul->block(n, 0) + p * kBlock;
+      for (int64_t i = 0; i < np; ++i) t[i] *= q[i * kBlock];
+    }
   }
   for (const View* a : e.adds) {
-    if (a->C == 1) {
-      const float* q = a->block(n, 0) + p * kBlock;
-      for (int64_t i = 0; i < np; ++i) t[i] += q[i * kBlock];
-    } else {
-      const float* q = a->block(n, g) + p * kBlock;
-      for (int64_t i = 0; i < np; ++i) t[i] += load(q + i * kBlock);
-    }
+    const int64_t ga = a->C == 1 ? 0 : g;
+    if (a->bf16)
+      accumulate(t, a->blockh(n, ga) + p * kBlock, np, a->C == 1);
+    else
+      accumulate(t, a->block(n, ga) + p * kBlock, np, a->C == 1);
   }
   const v16 v = load(e.valid + c0);
   for (int64_t i = 0; i < np; ++i) t[i] *= v;
-  if (e.write_f32) {
+  if (e.write_dst && e.dst.bf16) {
+    uint16_t* d = e.dst.blockh(n, g) + p * kBlock;
+    for (int64_t i = 0; i < np; ++i) store_bf16(d + i * kBlock, t[i]);
+  } else if (e.write_dst) {
     float* d = e.dst.block(n, g) + p * kBlock;
     for (int64_t i = 0; i < np; ++i) store(d + i * kBlock, t[i]);
   }
@@ -186,8 +220,13 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
 LIGHTSEG_MULTIVERSION
 void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t np) {
   v16 t[kTile];
-  const float* s = e.src.block(n, g) + p * kBlock;
-  for (int64_t i = 0; i < np; ++i) t[i] = load(s + i * kBlock);
+  if (e.src.bf16) {
+    const uint16_t* s = e.src.blockh(n, g) + p * kBlock;
+    for (int64_t i = 0; i < np; ++i) t[i] = load(s + i * kBlock);
+  } else {
+    const float* s = e.src.block(n, g) + p * kBlock;
+    for (int64_t i = 0; i < np; ++i) t[i] = load(s + i * kBlock);
+  }
   finish_tile(e, t, n, g, p, np);
 }
 
@@ -201,11 +240,11 @@ struct DepthwiseConv {
   int64_t kh = 3, kw = 3, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
 
-LIGHTSEG_MULTIVERSION
-void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
+template <class T>
+inline __attribute__((always_inline)) void depthwise_row_impl(const DepthwiseConv& c, const T* src, int64_t n,
+                                                              int64_t g, int64_t y) {
   const View& x = c.e.src;
   const int64_t OW = c.e.dst.W, IH = x.H, IW = x.W;
-  const float* src = x.block(n, g);
   const float* w = c.weight.data_ptr<float>() + g * c.kh * c.kw * kBlock;
   const v16 b = load(c.bias.data_ptr<float>() + g * kBlock);
   // kernel rows inside the input, and the output columns whose every tap is inside
@@ -231,10 +270,10 @@ void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
         for (int64_t j = 0; j < kRun; ++j) acc[j] = b;
         for (int r = 0; r < nrows; ++r) {
           const int64_t ky = rows[r];
-          const float* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
+          const T* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
           for (int64_t kx = 0; kx < c.kw; ++kx) {
             const v16 wk = load(w + (ky * c.kw + kx) * kBlock);
-            const float* s = row + (xo * c.sw - c.pw + kx * c.dw) * kBlock;
+            const T* s = row + (xo * c.sw - c.pw + kx * c.dw) * kBlock;
             for (int64_t j = 0; j < kRun; ++j) acc[j] += wk * load(s + j * xs);
           }
         }
@@ -244,7 +283,7 @@ void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
         v16 acc = b;
         for (int r = 0; r < nrows; ++r) {
           const int64_t ky = rows[r];
-          const float* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
+          const T* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
           for (int64_t kx = 0; kx < c.kw; ++kx) {
             const int64_t ix = xo * c.sw - c.pw + kx * c.dw;
             if (ix >= 0 && ix < IW) acc += load(w + (ky * c.kw + kx) * kBlock) * load(row + ix * kBlock);
@@ -257,10 +296,25 @@ void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
   }
 }
 
+LIGHTSEG_MULTIVERSION
+void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
+  depthwise_row_impl(c, c.e.src.block(n, g), n, g, y);
+}
+LIGHTSEG_MULTIVERSION
+void depthwise_row_bf16(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
+  depthwise_row_impl(c, c.e.src.blockh(n, g), n, g, y);
+}
+
 void run_depthwise(const DepthwiseConv& c) {
   const int64_t blocks = round_up(c.e.dst.C) / kBlock, OH = c.e.dst.H;
+  const bool b16 = c.e.src.bf16;
   at::parallel_for(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
-    for (int64_t i = b; i < end; ++i) depthwise_row(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+    for (int64_t i = b; i < end; ++i) {
+      if (b16)
+        depthwise_row_bf16(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+      else
+        depthwise_row(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+    }
   });
 }
 
@@ -276,11 +330,11 @@ struct SingleChannelConv {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
 
-LIGHTSEG_MULTIVERSION
-void single_channel_row(const SingleChannelConv& c, int64_t n, int64_t y) {
+template <class T>
+inline __attribute__((always_inline)) void single_channel_row_impl(const SingleChannelConv& c, const T* src,
+                                                                   int64_t n, int64_t y) {
   const View& x = c.src;
   const int64_t blocks = round_up(x.C) / kBlock, OW = c.dst.W, P = x.pixels();
-  const float* src = x.block(n, 0);
   const float* w = c.weight.data_ptr<float>();
   float* d = c.dst.block(n, 0) + y * OW * kBlock;
   v16 t[kTile];
@@ -299,7 +353,7 @@ void single_channel_row(const SingleChannelConv& c, int64_t n, int64_t y) {
         const float* wk = w + (ky * c.kw + kx) * blocks * kBlock;
         for (int64_t g = 0; g < blocks; ++g) {
           const v16 wg = load(wk + g * kBlock);
-          const float* s = src + (g * P + iy * x.W + off) * kBlock;
+          const T* s = src + (g * P + iy * x.W + off) * kBlock;
           for (int64_t xo = lo; xo < hi; ++xo) t[xo - x0] += wg * load(s + xo * c.sw * kBlock);
         }
       }
@@ -320,9 +374,23 @@ void single_channel_row(const SingleChannelConv& c, int64_t n, int64_t y) {
   }
 }
 
+LIGHTSEG_MULTIVERSION
+void single_channel_row(const SingleChannelConv& c, int64_t n, int64_t y) {
+  single_channel_row_impl(c, c.src.block(n, 0), n, y);
+}
+LIGHTSEG_MULTIVERSION
+void single_channel_row_bf16(const SingleChannelConv& c, int64_t n, int64_t y) {
+  single_channel_row_impl(c, c.src.blockh(n, 0), n, y);
+}
+
 void run_single_channel(const SingleChannelConv& c) {
   at::parallel_for(0, c.dst.N * c.dst.H, 4, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) single_channel_row(c, i / c.dst.H, i % c.dst.H);
+    for (int64_t i = b; i < e; ++i) {
+      if (c.src.bf16)
+        single_channel_row_bf16(c, i / c.dst.H, i % c.dst.H);
+      else
+        single_channel_row(c, i / c.dst.H, i % c.dst.H);
+    }
   });
 }
 
@@ -551,16 +619,39 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     return op.kind == FusedOp::Kind::Conv && op.weight.size(0) == 1 && op.groups == 1 && op.in[0] != normalised &&
            op.residual < 0 && op.add.empty() && alias_of[op.out] < 0;
   };
+  auto depthwise = [&](const FusedOp& op) {  // our depthwise kernel
+    return op.kind == FusedOp::Kind::Conv && op.groups > 1 && op.groups == op.weight.size(0) &&
+           op.groups == f.channels[op.in[0]] && op.weight.size(1) == 1 && op.weight.size(2) <= 16 &&
+           op.in[0] != normalised;
+  };
   auto reads_bf16 = [&](const FusedOp& op) {
     return bf16 && op.kind == FusedOp::Kind::Conv && op.groups == 1 && op.in[0] != normalised && !single_channel(op);
   };
-  std::vector<bool> need_shadow(nv, false), need_f32(nv, false);
-  need_f32[f.output] = true;
+  // Values stored in bf16 only: those whose producer is one of our passes or a bf16
+  // convolution, and that nothing reads but bf16 convolutions and our kernels (not oneDNN's
+  // pooling, resampling or concat, not the output). The others stay f32, with a bf16 copy
+  // (shadow) where a bf16 convolution reads them.
+  std::vector<bool> need_shadow(nv, false), need_f32(nv, false), f32_only(nv, false), conv_reader(nv, false);
+  std::vector<bool> store_bf16(nv, false);
+  need_f32[f.output] = f32_only[f.output] = f32_only[normalised] = true;
   for (int i = 1; i < nops; ++i) {
     const auto& op = f.ops[i];
-    for (size_t k = 0; k < op.in.size(); ++k) (k == 0 && reads_bf16(op) ? need_shadow : need_f32)[op.in[k]] = true;
+    for (size_t k = 0; k < op.in.size(); ++k) (k == 0 && reads_bf16(op) ? conv_reader : need_f32)[op.in[k]] = true;
     for (int v : op.add) need_f32[v] = true;
     if (op.residual >= 0) need_f32[op.residual] = true;
+    const bool ours = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
+                      (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op) || single_channel(op)));
+    if (!ours)
+      for (int v : op.in) f32_only[v] = true;
+  }
+  for (int i = 1; i < nops; ++i) {
+    const auto& op = f.ops[i];
+    const int v = op.out;
+    const bool writer = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
+                        (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op)));
+    store_bf16[v] = bf16 && writer && !f32_only[v] && alias_of[v] < 0;
+    views_[v].bf16 = store_bf16[v];
+    need_shadow[v] = conv_reader[v] && !store_bf16[v];
   }
   auto shadow_floats = [&](int v) {
     const View& w = views_[v];
@@ -647,7 +738,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           add_step(op.name + " (one channel)", [c](dnnl::stream&) { run_single_channel(*c); });
           break;
         }
-        if (G > 1 && G == O && G == x.C && I == 1 && kh <= 16 && x.fmt == View::Fmt::Blocked) {  // depthwise: ours
+        if (depthwise(op)) {  // depthwise: ours
           place(out);
           auto c = std::make_shared<DepthwiseConv>();
           c->e.src = x;
@@ -720,7 +811,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           View xs = x;
           xs.fmt = fmt;
           dnnl::memory::desc sd = xs.desc();
-          if (use_bf16) {  // the input's shadow
+          if (use_bf16 && !x.bf16) {  // the input's shadow
             if (!shadow_[op.in[0]] || x.coff != 0) throw std::logic_error("onednn: no bf16 input for " + op.name);
             sd = dnnl::memory::desc({x.N, x.C, x.H, x.W}, dtype::bf16, tag::nChw16c);
           }
@@ -739,7 +830,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
             dnnl::stream s(eng_);
             dnnl::reorder(wsrc, c.weights).execute(s, wsrc, c.weights);
             s.wait();
-            c.src = use_bf16 ? dnnl::memory(sd, eng_, shadow_[op.in[0]]) : dnnl::memory(sd, eng_, x.data);
+            c.src = use_bf16 && !x.bf16 ? dnnl::memory(sd, eng_, shadow_[op.in[0]]) : dnnl::memory(sd, eng_, x.data);
             c.prim = dnnl::convolution_forward(pd);
             cands.push_back(std::move(c));
           } catch (const dnnl::error&) {
@@ -940,7 +1031,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
       Epilogue* p = final_pass;
       if (p && p->dst.data == v.data && p->dst.coff == 0 && p->dst.C == v.C && p->dst.ctot == v.ctot) {
         p->shadow = shadow_[out];
-        p->write_f32 = need_f32[out];
+        p->write_dst = need_f32[out];
       } else {
         dnnl::memory src(v.desc(), eng_, v.data);
         dnnl::memory dst(dnnl::memory::desc({v.N, v.C, v.H, v.W}, dtype::bf16, tag::nChw16c), eng_, shadow_[out]);
