@@ -240,6 +240,25 @@ struct DepthwiseConv {
   int64_t kh = 3, kw = 3, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
 
+// R output pixels from x0 on, every tap inside the input: accumulators in registers.
+template <int R, class T>
+inline __attribute__((always_inline)) void depthwise_run(const DepthwiseConv& c, const T* const* rowp,
+                                                         const int64_t* rows, int nrows, const float* w, v16 b,
+                                                         int64_t xo, v16* out) {
+  const int64_t xs = c.sw * kBlock;
+  v16 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = b;
+  for (int r = 0; r < nrows; ++r) {
+    const int64_t ky = rows[r];
+    for (int64_t kx = 0; kx < c.kw; ++kx) {
+      const v16 wk = load(w + (ky * c.kw + kx) * kBlock);
+      const T* s = rowp[r] + (xo * c.sw - c.pw + kx * c.dw) * kBlock;
+      for (int j = 0; j < R; ++j) acc[j] += wk * load(s + j * xs);
+    }
+  }
+  for (int j = 0; j < R; ++j) out[j] = acc[j];
+}
+
 template <class T>
 inline __attribute__((always_inline)) void depthwise_row_impl(const DepthwiseConv& c, const T* src, int64_t n,
                                                               int64_t g, int64_t y) {
@@ -247,49 +266,49 @@ inline __attribute__((always_inline)) void depthwise_row_impl(const DepthwiseCon
   const int64_t OW = c.e.dst.W, IH = x.H, IW = x.W;
   const float* w = c.weight.data_ptr<float>() + g * c.kh * c.kw * kBlock;
   const v16 b = load(c.bias.data_ptr<float>() + g * kBlock);
-  // kernel rows inside the input, and the output columns whose every tap is inside
+  // kernel rows inside the input, and the output columns [in_lo, in_hi) whose every tap is inside
   int64_t rows[16];
+  const T* rowp[16];
   int nrows = 0;
   for (int64_t ky = 0; ky < c.kh && ky < 16; ++ky) {
     const int64_t iy = y * c.sh - c.ph + ky * c.dh;
-    if (iy >= 0 && iy < IH) rows[nrows++] = ky;
+    if (iy >= 0 && iy < IH) {
+      rows[nrows] = ky;
+      rowp[nrows++] = src + iy * IW * kBlock;
+    }
   }
-  const int64_t in_lo = (c.pw + c.sw - 1) / c.sw;
+  const int64_t in_lo = std::min(OW, (c.pw + c.sw - 1) / c.sw);
   const int64_t last = IW - 1 - (c.kw - 1) * c.dw + c.pw;  // x·sw ≤ last
-  const int64_t in_hi = last >= 0 ? last / c.sw + 1 : 0;
-  const int64_t xs = c.sw * kBlock;
-  constexpr int64_t kRun = 8;  // output pixels accumulated in registers
+  const int64_t in_hi = std::max(in_lo, std::min(OW, last >= 0 ? last / c.sw + 1 : 0));
   v16 t[kTile];
   for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
     const int64_t np = std::min(kTile, OW - x0);
-    int64_t i = 0;
-    while (i < np) {
-      const int64_t xo = x0 + i;
-      if (xo >= in_lo && xo + kRun <= in_hi && i + kRun <= np) {
-        v16 acc[kRun];
-        for (int64_t j = 0; j < kRun; ++j) acc[j] = b;
-        for (int r = 0; r < nrows; ++r) {
-          const int64_t ky = rows[r];
-          const T* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
-          for (int64_t kx = 0; kx < c.kw; ++kx) {
-            const v16 wk = load(w + (ky * c.kw + kx) * kBlock);
-            const T* s = row + (xo * c.sw - c.pw + kx * c.dw) * kBlock;
-            for (int64_t j = 0; j < kRun; ++j) acc[j] += wk * load(s + j * xs);
-          }
+    // interior pixels: runs of 8, then 4, 2, 1, in registers
+    const int64_t a = std::clamp(in_lo, x0, x0 + np), e = std::clamp(in_hi, a, x0 + np);
+    int64_t xo = a;
+    for (; xo + 8 <= e; xo += 8) depthwise_run<8>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
+    if (xo + 4 <= e) {
+      depthwise_run<4>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
+      xo += 4;
+    }
+    if (xo + 2 <= e) {
+      depthwise_run<2>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
+      xo += 2;
+    }
+    if (xo < e) depthwise_run<1>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
+    // border pixels [x0, a) and [e, x0 + np): tap by tap over the pixels where the tap is inside
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{x0, a}, std::pair<int64_t, int64_t>{e, x0 + np}}) {
+      if (lo >= hi) continue;
+      for (int64_t p = lo; p < hi; ++p) t[p - x0] = b;
+      for (int r = 0; r < nrows; ++r) {
+        const int64_t ky = rows[r];
+        for (int64_t kx = 0; kx < c.kw; ++kx) {
+          const int64_t off = kx * c.dw - c.pw;  // ix = xo·sw + off ∈ [0, IW)
+          const int64_t tlo = std::max(lo, off >= 0 ? 0 : (-off + c.sw - 1) / c.sw);
+          const int64_t thi = std::min(hi, IW - 1 - off >= 0 ? (IW - 1 - off) / c.sw + 1 : 0);
+          const v16 wk = load(w + (ky * c.kw + kx) * kBlock);
+          for (int64_t p = tlo; p < thi; ++p) t[p - x0] += wk * load(rowp[r] + (p * c.sw + off) * kBlock);
         }
-        for (int64_t j = 0; j < kRun; ++j) t[i + j] = acc[j];
-        i += kRun;
-      } else {  // near a border: every tap checked
-        v16 acc = b;
-        for (int r = 0; r < nrows; ++r) {
-          const int64_t ky = rows[r];
-          const T* row = src + (y * c.sh - c.ph + ky * c.dh) * IW * kBlock;
-          for (int64_t kx = 0; kx < c.kw; ++kx) {
-            const int64_t ix = xo * c.sw - c.pw + kx * c.dw;
-            if (ix >= 0 && ix < IW) acc += load(w + (ky * c.kw + kx) * kBlock) * load(row + ix * kBlock);
-          }
-        }
-        t[i++] = acc;
       }
     }
     finish_tile(c.e, t, n, g, y * OW + x0, np);
