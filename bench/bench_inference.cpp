@@ -32,9 +32,9 @@ Model& model() {
   return m;
 }
 
-void engine_bench(benchmark::State& state, const std::string& backend) {
+void engine_bench(benchmark::State& state, const EngineOptions& o) {
   const int64_t h = state.range(0), w = state.range(1), n = state.range(2);
-  auto engine = make_engine(model().net, model().meta, backend);
+  auto engine = make_engine(model().net, model().meta, o);
   torch::manual_seed(1);
   auto x = torch::rand({n, 3, h, w}) * 255;
   for (int i = 0; i < 3; ++i) engine->logits(x);  // plan / kernels / caches
@@ -45,23 +45,40 @@ void engine_bench(benchmark::State& state, const std::string& backend) {
 }
 
 void register_engines() {
+  std::vector<EngineOptions> all;
   for (const auto& backend : available_backends()) {
-    auto* b = benchmark::RegisterBenchmark(("Engine/" + backend).c_str(), engine_bench, backend);
+    EngineOptions o;
+    o.backend = backend;
+    all.push_back(o);
+  }
+  EngineOptions bf16;  // onednn with bf16 convolutions, where the CPU has AVX512-BF16/AMX
+  bf16.backend = "onednn";
+  bf16.dtype = torch::kBFloat16;
+  try {
+    make_engine(model().net, model().meta, bf16);
+    all.push_back(bf16);
+  } catch (const std::exception&) {
+  }
+  for (const auto& o : all) {
+    const std::string name = o.dtype == torch::kBFloat16 ? o.backend + "-bf16" : o.backend;
+    auto* b = benchmark::RegisterBenchmark(("Engine/" + name).c_str(), engine_bench, o);
     b->Args({360, 480, 1})->Args({512, 1024, 1})->Args({360, 480, 4})->ArgNames({"H", "W", "N"});
     b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
   }
 }
 
-// The peak the network is compared with: a dense 3×3 convolution, 128→128 channels, 96×96.
+// The peak the network is compared with: a dense 3×3 convolution, 128→128 channels, 96×96,
+// in float32 (arg 0) or bfloat16 (arg 1).
 void BM_DenseConvPeak(benchmark::State& state) {
   c10::InferenceMode guard;
-  auto x = torch::randn({1, 128, 96, 96}).contiguous(torch::MemoryFormat::ChannelsLast);
-  auto wt = torch::randn({128, 128, 3, 3}).contiguous(torch::MemoryFormat::ChannelsLast);
+  const auto dt = state.range(0) ? torch::kBFloat16 : torch::kFloat32;
+  auto x = torch::randn({1, 128, 96, 96}).to(dt).contiguous(torch::MemoryFormat::ChannelsLast);
+  auto wt = torch::randn({128, 128, 3, 3}).to(dt).contiguous(torch::MemoryFormat::ChannelsLast);
   for (auto _ : state) benchmark::DoNotOptimize(torch::conv2d(x, wt, {}, 1, 1));
   state.counters["GMAC/s"] =
       benchmark::Counter(128.0 * 128 * 9 * 96 * 96 / 1e9 * state.iterations(), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_DenseConvPeak)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DenseConvPeak)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_FuseNetwork(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(fuse_network(model().net, model().meta));

@@ -159,7 +159,7 @@ inline __attribute__((always_inline)) void accumulate(v16* t, const T* q, int64_
 // The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
 // residual, activation, product, additions, padding lanes to zero; then the store.
 LIGHTSEG_MULTIVERSION
-void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int64_t np) {
+void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int64_t np, const v16* extra = nullptr) {
   const int64_t c0 = g * kBlock;
   if (e.scale) {
     const v16 sc = load(e.scale + c0), sh = load(e.shift + c0);
@@ -202,6 +202,8 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
     else
       accumulate(t, a->block(n, ga) + p * kBlock, np, a->C == 1);
   }
+  if (extra)  // a tile computed alongside (paired depthwise convolutions)
+    for (int64_t i = 0; i < np; ++i) t[i] += extra[i];
   const v16 v = load(e.valid + c0);
   for (int64_t i = 0; i < np; ++i) t[i] *= v;
   if (e.write_dst && e.dst.bf16) {
@@ -259,60 +261,139 @@ inline __attribute__((always_inline)) void depthwise_run(const DepthwiseConv& c,
   for (int j = 0; j < R; ++j) out[j] = acc[j];
 }
 
+// One output row of a depthwise convolution: the kernel rows inside the input and the
+// output columns [in_lo, in_hi) whose every tap is inside.
 template <class T>
-inline __attribute__((always_inline)) void depthwise_row_impl(const DepthwiseConv& c, const T* src, int64_t n,
-                                                              int64_t g, int64_t y) {
-  const View& x = c.e.src;
-  const int64_t OW = c.e.dst.W, IH = x.H, IW = x.W;
-  const float* w = c.weight.data_ptr<float>() + g * c.kh * c.kw * kBlock;
-  const v16 b = load(c.bias.data_ptr<float>() + g * kBlock);
-  // kernel rows inside the input, and the output columns [in_lo, in_hi) whose every tap is inside
+struct DwRow {
   int64_t rows[16];
   const T* rowp[16];
   int nrows = 0;
+  int64_t in_lo = 0, in_hi = 0;
+  const float* w = nullptr;
+  v16 b;
+};
+
+template <class T>
+inline __attribute__((always_inline)) DwRow<T> dw_row(const DepthwiseConv& c, const T* src, int64_t g, int64_t y) {
+  const View& x = c.e.src;
+  const int64_t OW = c.e.dst.W, IH = x.H, IW = x.W;
+  DwRow<T> r;
+  r.w = c.weight.data_ptr<float>() + g * c.kh * c.kw * kBlock;
+  r.b = load(c.bias.data_ptr<float>() + g * kBlock);
   for (int64_t ky = 0; ky < c.kh && ky < 16; ++ky) {
     const int64_t iy = y * c.sh - c.ph + ky * c.dh;
     if (iy >= 0 && iy < IH) {
-      rows[nrows] = ky;
-      rowp[nrows++] = src + iy * IW * kBlock;
+      r.rows[r.nrows] = ky;
+      r.rowp[r.nrows++] = src + iy * IW * kBlock;
     }
   }
-  const int64_t in_lo = std::min(OW, (c.pw + c.sw - 1) / c.sw);
+  r.in_lo = std::min(OW, (c.pw + c.sw - 1) / c.sw);
   const int64_t last = IW - 1 - (c.kw - 1) * c.dw + c.pw;  // x·sw ≤ last
-  const int64_t in_hi = std::max(in_lo, std::min(OW, last >= 0 ? last / c.sw + 1 : 0));
+  r.in_hi = std::max(r.in_lo, std::min(OW, last >= 0 ? last / c.sw + 1 : 0));
+  return r;
+}
+
+// Output pixels [x0, x0 + np) of the row: convolution plus bias into t.
+template <class T>
+inline __attribute__((always_inline)) void dw_tile(const DepthwiseConv& c, const DwRow<T>& r, int64_t x0, int64_t np,
+                                                   v16* t) {
+  const int64_t IW = c.e.src.W;
+  // interior pixels: runs of 8, then 4, 2, 1, in registers
+  const int64_t a = std::clamp(r.in_lo, x0, x0 + np), e = std::clamp(r.in_hi, a, x0 + np);
+  int64_t xo = a;
+  for (; xo + 8 <= e; xo += 8) depthwise_run<8>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
+  if (xo + 4 <= e) {
+    depthwise_run<4>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
+    xo += 4;
+  }
+  if (xo + 2 <= e) {
+    depthwise_run<2>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
+    xo += 2;
+  }
+  if (xo < e) depthwise_run<1>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
+  // border pixels [x0, a) and [e, x0 + np): tap by tap over the pixels where the tap is inside
+  for (auto [lo, hi] : {std::pair<int64_t, int64_t>{x0, a}, std::pair<int64_t, int64_t>{e, x0 + np}}) {
+    if (lo >= hi) continue;
+    for (int64_t p = lo; p < hi; ++p) t[p - x0] = r.b;
+    for (int k = 0; k < r.nrows; ++k) {
+      const int64_t ky = r.rows[k];
+      for (int64_t kx = 0; kx < c.kw; ++kx) {
+        const int64_t off = kx * c.dw - c.pw;  // ix = xo·sw + off ∈ [0, IW)
+        const int64_t tlo = std::max(lo, off >= 0 ? 0 : (-off + c.sw - 1) / c.sw);
+        const int64_t thi = std::min(hi, IW - 1 - off >= 0 ? (IW - 1 - off) / c.sw + 1 : 0);
+        const v16 wk = load(r.w + (ky * c.kw + kx) * kBlock);
+        for (int64_t p = tlo; p < thi; ++p) t[p - x0] += wk * load(r.rowp[k] + (p * c.sw + off) * kBlock);
+      }
+    }
+  }
+}
+
+template <class T>
+inline __attribute__((always_inline)) void depthwise_row_impl(const DepthwiseConv& c, const T* src, int64_t n,
+                                                              int64_t g, int64_t y) {
+  const int64_t OW = c.e.dst.W;
+  const DwRow<T> r = dw_row(c, src, g, y);
   v16 t[kTile];
   for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
     const int64_t np = std::min(kTile, OW - x0);
-    // interior pixels: runs of 8, then 4, 2, 1, in registers
-    const int64_t a = std::clamp(in_lo, x0, x0 + np), e = std::clamp(in_hi, a, x0 + np);
-    int64_t xo = a;
-    for (; xo + 8 <= e; xo += 8) depthwise_run<8>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
-    if (xo + 4 <= e) {
-      depthwise_run<4>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
-      xo += 4;
-    }
-    if (xo + 2 <= e) {
-      depthwise_run<2>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
-      xo += 2;
-    }
-    if (xo < e) depthwise_run<1>(c, rowp, rows, nrows, w, b, xo, t + (xo - x0));
-    // border pixels [x0, a) and [e, x0 + np): tap by tap over the pixels where the tap is inside
-    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{x0, a}, std::pair<int64_t, int64_t>{e, x0 + np}}) {
-      if (lo >= hi) continue;
-      for (int64_t p = lo; p < hi; ++p) t[p - x0] = b;
-      for (int r = 0; r < nrows; ++r) {
-        const int64_t ky = rows[r];
-        for (int64_t kx = 0; kx < c.kw; ++kx) {
-          const int64_t off = kx * c.dw - c.pw;  // ix = xo·sw + off ∈ [0, IW)
-          const int64_t tlo = std::max(lo, off >= 0 ? 0 : (-off + c.sw - 1) / c.sw);
-          const int64_t thi = std::min(hi, IW - 1 - off >= 0 ? (IW - 1 - off) / c.sw + 1 : 0);
-          const v16 wk = load(w + (ky * c.kw + kx) * kBlock);
-          for (int64_t p = tlo; p < thi; ++p) t[p - x0] += wk * load(rowp[r] + (p * c.sw + off) * kBlock);
-        }
-      }
-    }
+    dw_tile(c, r, x0, np, t);
     finish_tile(c.e, t, n, g, y * OW + x0, np);
   }
+}
+
+// Two depthwise convolutions of the same input whose sums meet (FEB's C4.3 + C4.4 + C4.5:
+// U = act(B(P)) + P + act(A(P))): one pass over P, A's output never stored.
+struct PairedDepthwise {
+  DepthwiseConv a, b;  // b.e: the epilogue of the sum (its additions, destination)
+};
+
+inline __attribute__((always_inline)) void activate(const Epilogue& e, v16* t, int64_t g, int64_t np) {
+  if (e.act == Act::PReLU) {
+    const v16 s = load(e.slopes + g * kBlock);
+    for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : t[i] * s;
+  } else if (e.act == Act::ReLU) {
+    for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : v16{};
+  } else if (e.act == Act::Sigmoid) {
+    for (int64_t i = 0; i < np; ++i)
+      for (int l = 0; l < kBlock; ++l) t[i][l] = 1.f / (1.f + std::exp(-t[i][l]));
+  }
+}
+
+template <class T>
+inline __attribute__((always_inline)) void paired_row_impl(const PairedDepthwise& c, const T* src, int64_t n,
+                                                           int64_t g, int64_t y) {
+  const int64_t OW = c.b.e.dst.W;
+  const DwRow<T> ra = dw_row(c.a, src, g, y), rb = dw_row(c.b, src, g, y);
+  v16 ta[kTile], t[kTile];
+  for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
+    const int64_t np = std::min(kTile, OW - x0);
+    dw_tile(c.a, ra, x0, np, ta);
+    activate(c.a.e, ta, g, np);
+    dw_tile(c.b, rb, x0, np, t);
+    finish_tile(c.b.e, t, n, g, y * OW + x0, np, ta);
+  }
+}
+
+LIGHTSEG_MULTIVERSION
+void paired_row(const PairedDepthwise& c, int64_t n, int64_t g, int64_t y) {
+  paired_row_impl(c, c.b.e.src.block(n, g), n, g, y);
+}
+LIGHTSEG_MULTIVERSION
+void paired_row_bf16(const PairedDepthwise& c, int64_t n, int64_t g, int64_t y) {
+  paired_row_impl(c, c.b.e.src.blockh(n, g), n, g, y);
+}
+
+void run_paired(const PairedDepthwise& c) {
+  const int64_t blocks = round_up(c.b.e.dst.C) / kBlock, OH = c.b.e.dst.H;
+  const bool b16 = c.b.e.src.bf16;
+  at::parallel_for(0, c.b.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) {
+      if (b16)
+        paired_row_bf16(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+      else
+        paired_row(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+    }
+  });
 }
 
 LIGHTSEG_MULTIVERSION
@@ -672,6 +753,18 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     views_[v].bf16 = store_bf16[v];
     need_shadow[v] = conv_reader[v] && !store_bf16[v];
   }
+  // Paired depthwise convolutions: op i (A) and op i + 1 (B) read the same value, same
+  // output size, B adds A's result and nothing else reads A's result.
+  std::vector<bool> paired_with_next(nops, false), paired_with_prev(nops, false);
+  auto plain_depthwise = [&](const FusedOp& op) { return depthwise(op) && op.residual < 0 && alias_of[op.out] < 0; };
+  for (int i = 1; i + 1 < nops; ++i) {
+    const auto &a = f.ops[i], &b = f.ops[i + 1];
+    if (!plain_depthwise(a) || !plain_depthwise(b) || !a.add.empty() || b.in[0] != a.in[0] || readers[a.out] != 1 ||
+        std::count(b.add.begin(), b.add.end(), a.out) != 1 || sizes[a.out] != sizes[b.out] ||
+        paired_with_prev[i] || a.act == Act::Sigmoid)
+      continue;
+    paired_with_next[i] = paired_with_prev[i + 1] = true;
+  }
   auto shadow_floats = [&](int v) {
     const View& w = views_[v];
     return static_cast<size_t>(w.N * round_up(w.C) * w.H * w.W + 1) / 2;
@@ -758,31 +851,52 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           break;
         }
         if (depthwise(op)) {  // depthwise: ours
+          auto fill = [&](DepthwiseConv& c, const FusedOp& o, std::vector<int> adds) {
+            c.e.src = x;
+            c.e.act = o.act;
+            if (o.act == Act::PReLU) c.e.slopes = param(o.slopes, O);
+            if (o.residual >= 0) c.e.residual = &views_[o.residual];
+            c.e.adds = views_of(adds);
+            c.e.valid = valid(O);
+            const int64_t okh = o.weight.size(2), okw = o.weight.size(3);
+            const int64_t blocks = round_up(O) / kBlock;
+            auto w = o.weight.to(torch::kCPU, torch::kFloat32).reshape({O, okh, okw});
+            {  // [blocks·16][kh][kw] → [blocks][kh][kw][16]
+              auto t = torch::zeros({blocks * kBlock, okh, okw});
+              t.slice(0, 0, O).copy_(w);
+              c.weight = t.view({blocks, kBlock, okh, okw}).permute({0, 2, 3, 1}).contiguous();
+            }
+            c.bias = padded(o.bias, O);
+            c.kh = okh;
+            c.kw = okw;
+            c.sh = o.stride[0];
+            c.sw = o.stride[1];
+            c.ph = o.padding[0];
+            c.pw = o.padding[1];
+            c.dh = o.dilation[0];
+            c.dw = o.dilation[1];
+          };
+          // A depthwise convolution of the same input whose result only this one adds:
+          // the pair runs as one kernel (see PairedDepthwise).
+          if (paired_with_next[i]) break;  // built with the next operation
+          if (paired_with_prev[i]) {
+            const FusedOp& a = f.ops[i - 1];
+            place(out);
+            auto c = std::make_shared<PairedDepthwise>();
+            fill(c->a, a, {});
+            std::vector<int> adds;
+            for (int v : op.add)
+              if (v != a.out) adds.push_back(v);
+            fill(c->b, op, adds);
+            c->a.e.dst = c->b.e.dst = views_[out];
+            add_step(a.name + " + " + op.name + " (paired depthwise+pass)", [c](dnnl::stream&) { run_paired(*c); });
+            final_pass = &c->b.e;
+            break;
+          }
           place(out);
           auto c = std::make_shared<DepthwiseConv>();
-          c->e.src = x;
+          fill(*c, op, op.add);
           c->e.dst = views_[out];
-          c->e.act = op.act;
-          if (op.act == Act::PReLU) c->e.slopes = param(op.slopes, O);
-          if (op.residual >= 0) c->e.residual = &views_[op.residual];
-          c->e.adds = views_of(op.add);
-          c->e.valid = valid(O);
-          const int64_t blocks = round_up(O) / kBlock;
-          auto w = op.weight.to(torch::kCPU, torch::kFloat32).reshape({O, kh, kw});
-          {  // [blocks·16][kh][kw] → [blocks][kh][kw][16]
-            auto t = torch::zeros({blocks * kBlock, kh, kw});
-            t.slice(0, 0, O).copy_(w);
-            c->weight = t.view({blocks, kBlock, kh, kw}).permute({0, 2, 3, 1}).contiguous();
-          }
-          c->bias = padded(op.bias, O);
-          c->kh = kh;
-          c->kw = kw;
-          c->sh = op.stride[0];
-          c->sw = op.stride[1];
-          c->ph = op.padding[0];
-          c->pw = op.padding[1];
-          c->dh = op.dilation[0];
-          c->dw = op.dilation[1];
           add_step(op.name + " (depthwise+pass)", [c](dnnl::stream&) { run_depthwise(*c); });
           final_pass = &c->e;
           break;
