@@ -317,3 +317,23 @@ TEST(Engine, PrecisionErrorsAreClear) {
     EXPECT_NE(std::string(e.what()).find("onednn"), std::string::npos) << e.what();
   }
 }
+
+TEST(Engine, LabelsAreTheArgmaxOfTheLogits) {
+  // onednn computes labels() from the H/4 logits (upsampling + argmax in one pass, no
+  // full-size logits); every backend must give exactly logits().argmax(1).
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  std::vector<std::unique_ptr<InferenceEngine>> engines;
+  for (const auto& backend : available_backends()) engines.push_back(make_engine(net, meta, backend));
+  std::string why;
+  if (auto e = bf16_engine(net, meta, &why)) engines.push_back(std::move(e));
+  for (auto& engine : engines) {
+    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{360, 480}, {97, 131}, {65, 33}}) {
+      auto x = images(2, h, w, 21);
+      auto labels = engine->labels(x);
+      ASSERT_EQ(labels.sizes(), (std::vector<int64_t>{2, h, w})) << engine->backend();
+      EXPECT_EQ(labels.scalar_type(), torch::kInt64);
+      EXPECT_TRUE(torch::equal(labels, engine->logits(x).argmax(1))) << engine->backend() << " " << h << "x" << w;
+    }
+  }
+}

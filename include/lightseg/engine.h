@@ -33,8 +33,9 @@ class InferenceEngine {
   virtual ~InferenceEngine() = default;
   // images: N×3×H×W float32, RGB, values 0..255 (unnormalised). Returns N×K×H×W logits.
   virtual torch::Tensor logits(const torch::Tensor& images) = 0;
-  // N×H×W int64 label ids.
-  torch::Tensor labels(const torch::Tensor& images) { return logits(images).argmax(1); }
+  // N×H×W int64 label ids (the argmax of logits(); onednn computes them without the
+  // full-size logits).
+  virtual torch::Tensor labels(const torch::Tensor& images) { return logits(images).argmax(1); }
   virtual std::string backend() const = 0;
   virtual torch::Device device() const = 0;
 };

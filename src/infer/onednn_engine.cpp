@@ -559,6 +559,45 @@ struct OutputResize {
   Taps th, tw;
 };
 
+// One output pixel's 16 channels of a block, from source rows row0/row1 (shared by the
+// logits and the labels kernels, so both see the same values).
+inline __attribute__((always_inline)) v16 interpolate(const OutputResize& r, const float* row0, const float* row1,
+                                                      float wy0, float wy1, int64_t x) {
+  const float wx1 = r.tw.w1[x], wx0 = 1.f - wx1;
+  const int64_t i0 = r.tw.i0[x] * kBlock, i1 = r.tw.i1[x] * kBlock;
+  return wy0 * (wx0 * load(row0 + i0) + wx1 * load(row0 + i1)) + wy1 * (wx0 * load(row1 + i0) + wx1 * load(row1 + i1));
+}
+
+// Labels straight from the H/4 logits: the ×4 upsampling and the argmax in one pass (first
+// maximum, as torch::argmax), without the full-size logits.
+LIGHTSEG_MULTIVERSION
+void label_row(const OutputResize& r, int64_t* out, int64_t n, int64_t y) {
+  const int64_t K = r.src.C, blocks = round_up(K) / kBlock, sw = r.src.W;
+  const float wy1 = r.th.w1[y], wy0 = 1.f - wy1;
+  int64_t* o = out + (n * r.H + y) * r.W;
+  for (int64_t x = 0; x < r.W; ++x) {
+    float best = 0.f;
+    int64_t arg = -1;
+    for (int64_t g = 0; g < blocks; ++g) {
+      const float* base = r.src.block(n, g);
+      const v16 v = interpolate(r, base + r.th.i0[y] * sw * kBlock, base + r.th.i1[y] * sw * kBlock, wy0, wy1, x);
+      const int64_t nc = std::min<int64_t>(kBlock, K - g * kBlock);
+      for (int64_t l = 0; l < nc; ++l)
+        if (arg < 0 || v[l] > best) {
+          best = v[l];
+          arg = g * kBlock + l;
+        }
+    }
+    o[x] = arg;
+  }
+}
+
+void run_labels(const OutputResize& r, int64_t* out) {
+  at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) label_row(r, out, i / r.H, i % r.H);
+  });
+}
+
 LIGHTSEG_MULTIVERSION
 void output_row(const OutputResize& r, float* out, int64_t n, int64_t y) {
   const int64_t K = r.src.C, blocks = round_up(K) / kBlock, sw = r.src.W;
@@ -570,10 +609,7 @@ void output_row(const OutputResize& r, float* out, int64_t n, int64_t y) {
     const float* row1 = base + r.th.i1[y] * sw * kBlock;
     const int64_t c0 = g * kBlock, nc = std::min<int64_t>(kBlock, K - c0);
     for (int64_t x = 0; x < r.W; ++x) {
-      const float wx1 = r.tw.w1[x], wx0 = 1.f - wx1;
-      const int64_t i0 = r.tw.i0[x] * kBlock, i1 = r.tw.i1[x] * kBlock;
-      const v16 v = wy0 * (wx0 * load(row0 + i0) + wx1 * load(row0 + i1)) +
-                    wy1 * (wx0 * load(row1 + i0) + wx1 * load(row1 + i1));
+      const v16 v = interpolate(r, row0, row1, wy0, wy1, x);
       if (nc == kBlock || (blocks == 1 && x + 1 < r.W)) {
         store(o + x * K + c0, v);  // K < 16: the extra lanes land on the next pixel, written next
       } else {
@@ -602,6 +638,8 @@ class Plan {
  public:
   Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16);
   torch::Tensor run(const torch::Tensor& images, dnnl::stream& strm);
+  // N×H×W int64 labels: every step but the output resize, then upsampling + argmax.
+  torch::Tensor labels(const torch::Tensor& images, dnnl::stream& strm);
   ~Plan();
 
  private:
@@ -625,6 +663,7 @@ class Plan {
   std::vector<std::unique_ptr<Epilogue>> epilogues_;   // referenced by steps
   std::vector<torch::Tensor> params_;                  // padded per-channel arrays
   const float* input_ = nullptr;                       // set per call
+  std::shared_ptr<OutputResize> output_resize_;        // the last step's (labels() runs it differently)
   std::vector<double> step_seconds_;                   // LIGHTSEG_PROFILE=1: time per step, summed
   int64_t profiled_runs_ = 0;
   float* output_ = nullptr;                            // set per call
@@ -1107,6 +1146,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           r->th = taps(x.H, r->H);
           r->tw = taps(x.W, r->W);
           add_step(op.name, [this, r](dnnl::stream&) { run_output_resize(*r, output_); });
+          output_resize_ = r;
           break;
         }
         place(out);
@@ -1215,6 +1255,15 @@ torch::Tensor Plan::run(const torch::Tensor& images, dnnl::stream& strm) {
   return out;
 }
 
+torch::Tensor Plan::labels(const torch::Tensor& images, dnnl::stream& strm) {
+  auto out = torch::empty({N_, H_, W_}, torch::kInt64);
+  input_ = images.data_ptr<float>();
+  for (size_t i = 0; i + 1 < steps_.size(); ++i) steps_[i](strm);
+  strm.wait();
+  run_labels(*output_resize_, out.data_ptr<int64_t>());
+  return out;
+}
+
 // LIGHTSEG_PROFILE=1: the mean time of every step over the plan's calls, on stderr.
 Plan::~Plan() {
   if (profiled_runs_ == 0) return;
@@ -1242,7 +1291,9 @@ class Engine : public InferenceEngine {
     for (auto& op : f_.ops)  // the plans read plain OIHW weights
       if (op.weight.defined()) op.weight = op.weight.contiguous();
   }
-  torch::Tensor logits(const torch::Tensor& images) override {
+  torch::Tensor logits(const torch::Tensor& images) override { return call(images, false); }
+  torch::Tensor labels(const torch::Tensor& images) override { return call(images, true); }
+  torch::Tensor call(const torch::Tensor& images, bool labels) {
     if (images.dim() != 4 || images.size(1) != f_.channels[f_.input])
       throw std::invalid_argument("network input must be N×3×H×W, got " + c10::str(images.sizes()));
     if (images.size(2) < 32 || images.size(3) < 32)
@@ -1256,7 +1307,7 @@ class Engine : public InferenceEngine {
       if (plans_.size() >= 4) plans_.clear();  // a few shapes at a time (each holds its buffers)
       it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_)).first;
     }
-    return it->second->run(x, strm_);
+    return labels ? it->second->labels(x, strm_) : it->second->run(x, strm_);
   }
   std::string backend() const override { return bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }

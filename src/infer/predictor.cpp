@@ -178,6 +178,7 @@ struct Predictor::Impl {
       torch::Tensor x = torch::stack(chw);
       const int64_t H = x.size(2), W = x.size(3);
       if (H < kMinSide || W < kMinSide) x = resize_image(x, std::max(H, kMinSide), std::max(W, kMinSide));
+      if (!want_conf && x.size(2) == H && x.size(3) == W) return {engine.labels(x).to(torch::kUInt8), torch::Tensor()};
       torch::Tensor logits = engine.logits(x).to(torch::kCPU, torch::kFloat32);
       if (logits.size(2) != H || logits.size(3) != W)
         logits = torch::nn::functional::interpolate(
