@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True, help="output prefix, e.g. models/camvid")
     ap.add_argument("--bin", default="build/bin/lightseg")
+    ap.add_argument("--note", default="", help="a paragraph added to the card (e.g. how the run changed)")
     a = ap.parse_args()
 
     h = header(a.weights)
@@ -58,7 +59,8 @@ def main():
     train_cmd = ("lightseg train --data ../shared/data/camvid --dataset camvid --out ../runs/camvid "
                  f"--epochs {opts.get('epochs')} --batch {opts.get('batch')} --lr {opts.get('lr')} "
                  f"--crop {opts.get('crop', [360, 480])[0]}x{opts.get('crop', [360, 480])[1]} --val-every {opts.get('val_every')} "
-                 "--time-limit MINUTES --resume   (scripts/train_camvid.sh)")
+                 "--time-limit MINUTES --resume"
+                 + (" --precision bf16" if opts.get("amp_cpu") else "") + "   (scripts/train_camvid.sh)")
     card = {
         "name": os.path.basename(a.out),
         "weights": a.weights,
@@ -79,6 +81,8 @@ def main():
         "macs_360x480": info["macs"],
         "macs_512x1024": info_hd["macs"],
         "curve": os.path.basename(a.out) + "-curve.svg",
+        "precision": "bf16 autocast" if opts.get("amp_cpu") else "float32",
+        "note": a.note,
     }
     with open(a.out + ".json", "w") as f:
         json.dump(card, f, indent=2)
@@ -103,8 +107,8 @@ Training command (resumable; the run folder stays outside the repository):
 
     {train_cmd}
 
-Recipe: {json.dumps(card['recipe'])}
-
+Recipe: {json.dumps(card['recipe'])}; these weights were trained in {card['precision']}.
+{(chr(10) + a.note + chr(10)) if a.note else ''}
 Reproduce the figures:
 
     {card['eval_command']}

@@ -19,8 +19,16 @@ if [ ! -f "$RUN_DIR/last.lsw" ] && [ -f models/checkpoints/camvid-last.lsw ]; th
   cp models/checkpoints/camvid-last.lsw "$RUN_DIR/last.lsw"
   echo "train_camvid: resuming from the committed checkpoint" >&2
 fi
+# bf16 autocast where the CPU multiplies bf16 natively (AVX512-BF16 or AMX: ~1.2x images/s
+# on the 2-core EPYC); PRECISION=fp32 or bf16 overrides. (Epochs 1-29 of the shipped run
+# were fp32, the rest bf16.)
+if [ -z "${PRECISION:-}" ]; then
+  PRECISION=fp32
+  grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && PRECISION=bf16
+fi
 nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --out "$RUN_DIR" \
-  --epochs 300 --batch 8 --lr 1e-3 --crop 360x480 --val-every 2 --time-limit "$MINUTES" --resume
+  --epochs 300 --batch 8 --lr 1e-3 --crop 360x480 --val-every 2 --time-limit "$MINUTES" --resume \
+  --precision "$PRECISION"
 mkdir -p models/checkpoints
 cp "$RUN_DIR/last.lsw" models/checkpoints/camvid-last.lsw
 echo "train_camvid: checkpoint copied to models/checkpoints/camvid-last.lsw (commit it)" >&2

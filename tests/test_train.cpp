@@ -74,6 +74,34 @@ TEST(Train, OverfitsTinySyntheticDataset) {
   fs::remove_all(dir);
 }
 
+TEST(Train, Bf16AutocastOnTheCpuLearns) {
+  // --precision bf16 on the CPU: convolutions run in bf16 under autocast, the weights and
+  // their checkpoint stay float32, and the network still fits the tiny dataset.
+  auto dir = fixtures::temp_dir("amp_cpu");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "run");
+  o.amp_cpu = true;
+  o.epochs = 25;
+  o.val_split = "train";
+  o.val_every = 25;
+  o.loss = "ce";
+  o.scale_min = o.scale_max = 1.0;
+  std::vector<EpochRecord> epochs;
+  TrainCallbacks cb;
+  cb.on_epoch = [&](const EpochRecord& r) { epochs.push_back(r); };
+  auto r = train(o, cb);
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(epochs.size(), 25u);
+  EXPECT_LT(epochs.back().loss, 0.5 * epochs.front().loss);
+  EXPECT_GT(epochs.back().pixel_acc, 0.9);
+  auto w = read_weights((dir / "run" / "last.lsw").string());
+  EXPECT_TRUE(w.extra["train"]["options"]["amp_cpu"].get<bool>());
+  ModelMeta meta;
+  Network net = load_network((dir / "run" / "last.lsw").string(), &meta);
+  for (const auto& p : net->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+  fs::remove_all(dir);
+}
+
 TEST(Train, KillAndResumeEndInTheSameState) {
   auto dir = fixtures::temp_dir("resume");
   fixtures::make_shapes_dataset(dir / "data", 8, 2);

@@ -54,6 +54,7 @@ struct TrainOptions {
   int workers = 2, prefetch = 4;
   bool channels_last = true;
   bool amp = true;                 // bf16 autocast on CUDA
+  bool amp_cpu = false;            // bf16 autocast on the CPU (worth it with AVX512-BF16 or AMX)
   int64_t max_iters = 0;           // > 0: cap iterations per epoch (smoke tests)
   std::string init_weights;        // start from these weights (fine-tuning)
   NetworkConfig network;

@@ -15,7 +15,7 @@ json TrainOptions::to_json() const {
               {"scale_max", scale_max}, {"jitter", jitter}, {"flip", flip}, {"loss", loss},
               {"ohem_thresh", ohem_thresh}, {"ohem_min_kept", ohem_min_kept}, {"class_weights", class_weights},
               {"time_limit_min", time_limit_min}, {"device", device}, {"val_every", val_every}, {"seed", seed},
-              {"workers", workers}, {"prefetch", prefetch}, {"channels_last", channels_last}, {"amp", amp},
+              {"workers", workers}, {"prefetch", prefetch}, {"channels_last", channels_last}, {"amp", amp}, {"amp_cpu", amp_cpu},
               {"max_iters", max_iters}, {"sync_bn", sync_bn}, {"overlap_allreduce", overlap_allreduce},
               {"bucket_mb", bucket_mb}, {"init_weights", init_weights}, {"network", network.to_json()}};
 }
@@ -59,6 +59,7 @@ void TrainOptions::apply_json(const json& j) {
       else if (k == "prefetch") prefetch = v.get<int>();
       else if (k == "channels_last") channels_last = v.get<bool>();
       else if (k == "amp") amp = v.get<bool>();
+      else if (k == "amp_cpu") amp_cpu = v.get<bool>();
       else if (k == "max_iters") max_iters = v.get<int64_t>();
       else if (k == "sync_bn") sync_bn = v.get<bool>();
       else if (k == "overlap_allreduce") overlap_allreduce = v.get<bool>();

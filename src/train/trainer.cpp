@@ -40,6 +40,18 @@ void set_cuda_autocast(bool on) {
   if (!on) at::autocast::clear_cache();
 }
 
+// bf16 autocast on the CPU: convolutions (forward and backward) in bf16 through oneDNN.
+void set_cpu_autocast(bool on) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, on);
+#else
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::set_cpu_enabled(on);
+#endif
+  if (!on) at::autocast::clear_cache();
+}
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
@@ -334,13 +346,13 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       if (o.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
       torch::Tensor logits;
       {
-        const bool autocast = device.is_cuda() && o.amp;
-        if (autocast) set_cuda_autocast(true);
+        const bool cuda_amp = device.is_cuda() && o.amp, cpu_amp = device.is_cpu() && o.amp_cpu;
+        if (cuda_amp) set_cuda_autocast(true);
+        if (cpu_amp) set_cpu_autocast(true);
         logits = net->forward(x);
-        if (autocast) {
-          set_cuda_autocast(false);
-          logits = logits.to(torch::kFloat32);
-        }
+        if (cuda_amp) set_cuda_autocast(false);
+        if (cpu_amp) set_cpu_autocast(false);
+        if (cuda_amp || cpu_amp) logits = logits.to(torch::kFloat32);
       }
       torch::Tensor loss = o.loss == "ohem" ? ohem_cross_entropy(logits, y, o.ohem_thresh, o.ohem_min_kept, weight)
                                             : weighted_cross_entropy(logits, y, weight);

@@ -112,6 +112,9 @@ void add_train(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("train", "Train the network (CamVid, Cityscapes or a list dataset)");
   add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Config, Opt::Device, Opt::Threads});
   static TrainArgs t;
+  auto* o_prec = sub->add_option("--precision", a.precision,
+                                 "fp32, or bf16: bf16 autocast (CUDA: on by default; CPU: worth it with AVX512-BF16/AMX)")
+                     ->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--out", a.out, "Run folder (checkpoints, log.jsonl, curve.svg)")->required();
   auto* o_epochs = sub->add_option("--epochs", t.epochs, "Epochs in total")->capture_default_str();
   auto* o_batch = sub->add_option("--batch", t.batch, "Batch size (per process)")->capture_default_str();
@@ -139,7 +142,8 @@ void add_train(CLI::App& app, Args& a) {
   dist->add_flag("--verify-sync", t.verify_sync, "Check after every step that all ranks hold identical weights");
   dist->add_flag("--no-overlap", t.no_overlap, "All-reduce gradients after backward instead of during it");
   dist->add_option("--dist-timeout", t.dist_timeout, "Seconds before a rank gives up on a dead or stuck peer")->capture_default_str();
-  sub->callback([&a, sub, o_epochs, o_batch, o_crop, o_lr, o_wd, o_opt, o_loss, o_tl, o_ve, o_seed, o_workers, o_mi, o_init]() {
+  sub->callback([&a, sub, o_epochs, o_batch, o_crop, o_lr, o_wd, o_opt, o_loss, o_tl, o_ve, o_seed, o_workers, o_mi, o_init,
+                 o_prec]() {
     if (t.nproc > 1) {
       const int total = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
       if (spawn_local_workers(t.nproc, total, g_argc, g_argv) != 0) throw std::runtime_error("distributed training failed");
@@ -181,6 +185,7 @@ void add_train(CLI::App& app, Args& a) {
     if (o_workers->count()) o.workers = t.workers;
     if (o_mi->count()) o.max_iters = t.max_iters;
     if (o_init->count()) o.init_weights = t.init_weights;
+    if (o_prec->count()) o.amp = o.amp_cpu = a.precision == "bf16";
     o.resume = t.resume;
     o.rank = dc.rank;
     o.world = dc.world;
