@@ -26,14 +26,14 @@ FEBOutputs FEBImpl::forward_debug(const torch::Tensor& x) {
   o.U = o.P + o.Q1 + o.Q2;              // C4.5 first fusion layer
   o.V = conv3d->forward(o.U);           // C4.6
   o.W = pw2->forward(o.V);              // C4.7
-  o.out = act->forward(x + o.W);        // C4.8 second fusion layer (residual)
+  o.out = model::prelu(x + o.W, act->weight);        // C4.8 second fusion layer (residual)
   return o;
 }
 
 torch::Tensor FEBImpl::forward(const torch::Tensor& x) {
   torch::Tensor P = pw1->forward(dw1->forward(x));
   torch::Tensor U = P + dw2->forward(P) + dw_dilated->forward(P);
-  return act->forward(x + pw2->forward(conv3d->forward(U)));
+  return model::prelu(x + pw2->forward(conv3d->forward(U)), act->weight);
 }
 
 }  // namespace lightseg::model

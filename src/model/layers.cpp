@@ -24,6 +24,242 @@ torch::nn::Conv2d make_conv(const ConvSpec& s) {
                                .bias(s.bias));
 }
 
+namespace {
+
+// x and g viewed as [rows][C] (channels_last) or [N][C][P] (NCHW), computed in float.
+// Channels_last with C a multiple of 16 (every PReLU of the default network) runs 16
+// channels at a time (GCC vector extensions; bf16 ⇄ float by bit shifts, rounding to
+// nearest even); the rest element by element.
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float prelu_v16 __attribute__((vector_size(64)));
+typedef float prelu_v16u __attribute__((vector_size(64), aligned(4)));
+typedef uint32_t prelu_v16i __attribute__((vector_size(64)));
+typedef uint16_t prelu_v16h __attribute__((vector_size(32), aligned(2)));
+inline __attribute__((always_inline)) prelu_v16 prelu_ld(const float* p) {
+  return *reinterpret_cast<const prelu_v16u*>(p);
+}
+inline __attribute__((always_inline)) prelu_v16 prelu_ld(const at::BFloat16* p) {
+  const prelu_v16i u = __builtin_convertvector(*reinterpret_cast<const prelu_v16h*>(p), prelu_v16i) << 16;
+  return (prelu_v16)u;
+}
+inline __attribute__((always_inline)) void prelu_st(float* p, prelu_v16 v) { *reinterpret_cast<prelu_v16u*>(p) = v; }
+inline __attribute__((always_inline)) void prelu_st(at::BFloat16* p, prelu_v16 v) {
+  prelu_v16i u = (prelu_v16i)v;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  *reinterpret_cast<prelu_v16h*>(p) = __builtin_convertvector(u, prelu_v16h);
+}
+
+template <class T>
+inline __attribute__((always_inline)) void prelu_rows_fwd(const T* x, const float* w, T* y, int64_t m0, int64_t m1,
+                                                          int64_t C) {
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t c = 0; c < C; c += 16) {
+      const prelu_v16 v = prelu_ld(x + m * C + c), s = prelu_ld(w + c);
+      prelu_st(y + m * C + c, v > 0.f ? v : v * s);
+    }
+}
+
+// Rows [m0, m1): dx, and Σ g·x over x ≤ 0 added into acc (C floats).
+template <class T>
+inline __attribute__((always_inline)) void prelu_rows_bwd(const T* g, const T* x, const float* w, T* dx, float* acc,
+                                                          int64_t m0, int64_t m1, int64_t C) {
+  for (int64_t c = 0; c < C; c += 16) {
+    const prelu_v16 s = prelu_ld(w + c);
+    prelu_v16 a = prelu_ld(acc + c);
+    for (int64_t m = m0; m < m1; ++m) {
+      const prelu_v16 v = prelu_ld(x + m * C + c), d = prelu_ld(g + m * C + c);
+      const auto pos = v > 0.f;
+      prelu_st(dx + m * C + c, pos ? d : d * s);
+      a += pos ? prelu_v16{} : d * v;
+    }
+    prelu_st(acc + c, a);
+  }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define LIGHTSEG_PRELU_MV __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LIGHTSEG_PRELU_MV
+#endif
+LIGHTSEG_PRELU_MV void prelu_fwd_f32(const float* x, const float* w, float* y, int64_t m0, int64_t m1, int64_t C) {
+  prelu_rows_fwd(x, w, y, m0, m1, C);
+}
+LIGHTSEG_PRELU_MV void prelu_fwd_bf16(const at::BFloat16* x, const float* w, at::BFloat16* y, int64_t m0, int64_t m1,
+                                      int64_t C) {
+  prelu_rows_fwd(x, w, y, m0, m1, C);
+}
+LIGHTSEG_PRELU_MV void prelu_bwd_f32(const float* g, const float* x, const float* w, float* dx, float* acc, int64_t m0,
+                                     int64_t m1, int64_t C) {
+  prelu_rows_bwd(g, x, w, dx, acc, m0, m1, C);
+}
+LIGHTSEG_PRELU_MV void prelu_bwd_bf16(const at::BFloat16* g, const at::BFloat16* x, const float* w, at::BFloat16* dx,
+                                      float* acc, int64_t m0, int64_t m1, int64_t C) {
+  prelu_rows_bwd(g, x, w, dx, acc, m0, m1, C);
+}
+void prelu_fwd_rows(const float* x, const float* w, float* y, int64_t m0, int64_t m1, int64_t C) {
+  prelu_fwd_f32(x, w, y, m0, m1, C);
+}
+void prelu_fwd_rows(const at::BFloat16* x, const float* w, at::BFloat16* y, int64_t m0, int64_t m1, int64_t C) {
+  prelu_fwd_bf16(x, w, y, m0, m1, C);
+}
+void prelu_bwd_rows(const float* g, const float* x, const float* w, float* dx, float* acc, int64_t m0, int64_t m1,
+                    int64_t C) {
+  prelu_bwd_f32(g, x, w, dx, acc, m0, m1, C);
+}
+void prelu_bwd_rows(const at::BFloat16* g, const at::BFloat16* x, const float* w, at::BFloat16* dx, float* acc,
+                    int64_t m0, int64_t m1, int64_t C) {
+  prelu_bwd_bf16(g, x, w, dx, acc, m0, m1, C);
+}
+
+template <class T>
+void prelu_forward_kernel(const T* x, const float* w, T* y, int64_t N, int64_t C, int64_t P, bool cl) {
+  if (cl && C % 16 == 0) {
+    at::parallel_for(0, N * P, 64, [&](int64_t b, int64_t e) { prelu_fwd_rows(x, w, y, b, e, C); });
+  } else if (cl) {
+    at::parallel_for(0, N * P, 256, [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m)
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = static_cast<float>(x[m * C + c]);
+          y[m * C + c] = static_cast<T>(v > 0.f ? v : v * w[c]);
+        }
+    });
+  } else {
+    at::parallel_for(0, N * C, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float s = w[i % C];
+        const T* xp = x + i * P;
+        T* yp = y + i * P;
+        for (int64_t p = 0; p < P; ++p) {
+          const float v = static_cast<float>(xp[p]);
+          yp[p] = static_cast<T>(v > 0.f ? v : v * s);
+        }
+      }
+    });
+  }
+}
+
+// dx = g · (x > 0 ? 1 : slope_c); dslope_c = Σ g · x over x ≤ 0. Per-chunk partial sums in
+// double, a fixed number of chunks: the result does not depend on scheduling.
+template <class T>
+void prelu_backward_kernel(const T* g, const T* x, const float* w, T* dx, double* dw, int64_t N, int64_t C,
+                           int64_t P, bool cl) {
+  if (cl) {
+    const int64_t M = N * P, chunks = std::min<int64_t>(64, std::max<int64_t>(1, M / 256));
+    std::vector<double> part(static_cast<size_t>(chunks * C), 0.0);
+    at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> acc(static_cast<size_t>(C));
+      for (int64_t k = b; k < e; ++k) {
+        const int64_t m0 = M * k / chunks, m1 = M * (k + 1) / chunks;
+        double* out = part.data() + k * C;
+        for (int64_t m = m0; m < m1;) {
+          const int64_t m_end = std::min(m1, m + 64);  // float partials over ≤ 64 rows, then double
+          std::fill(acc.begin(), acc.end(), 0.f);
+          if (C % 16 == 0) {
+            prelu_bwd_rows(g, x, w, dx, acc.data(), m, m_end, C);
+            m = m_end;
+          } else {
+            for (; m < m_end; ++m)
+              for (int64_t c = 0; c < C; ++c) {
+                const float v = static_cast<float>(x[m * C + c]), d = static_cast<float>(g[m * C + c]);
+                const bool pos = v > 0.f;
+                dx[m * C + c] = static_cast<T>(pos ? d : d * w[c]);
+                acc[c] += pos ? 0.f : d * v;
+              }
+          }
+          for (int64_t c = 0; c < C; ++c) out[c] += acc[c];
+        }
+      }
+    });
+    for (int64_t k = 0; k < chunks; ++k)
+      for (int64_t c = 0; c < C; ++c) dw[c] += part[k * C + c];
+  } else {
+    std::vector<double> part(static_cast<size_t>(N * C), 0.0);
+    at::parallel_for(0, N * C, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float s = w[i % C];
+        const T* xp = x + i * P;
+        const T* gp = g + i * P;
+        T* dp = dx + i * P;
+        double sum = 0;
+        for (int64_t p0 = 0; p0 < P; p0 += 1024) {
+          float acc = 0.f;
+          for (int64_t p = p0; p < std::min(P, p0 + 1024); ++p) {
+            const float v = static_cast<float>(xp[p]), d = static_cast<float>(gp[p]);
+            const bool pos = v > 0.f;
+            dp[p] = static_cast<T>(pos ? d : d * s);
+            acc += pos ? 0.f : d * v;
+          }
+          sum += acc;
+        }
+        part[i] = sum;
+      }
+    });
+    for (int64_t i = 0; i < N * C; ++i) dw[i % C] += part[i];
+  }
+}
+
+bool fast_prelu_ok(const torch::Tensor& x, const torch::Tensor& w) {
+  return x.device().is_cpu() && x.dim() == 4 && w.dim() == 1 && w.size(0) == x.size(1) && w.size(0) > 1 &&
+         (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16);
+}
+
+// The layout the kernels see: channels_last when x is, else NCHW (made contiguous).
+bool channels_last(const torch::Tensor& x) {
+  return x.is_contiguous(torch::MemoryFormat::ChannelsLast) && !x.is_contiguous();
+}
+
+torch::Tensor prelu_forward_cpu(const torch::Tensor& x_in, const torch::Tensor& w_in) {
+  const bool cl = channels_last(x_in);
+  auto x = cl ? x_in : x_in.contiguous();
+  auto w = w_in.detach().to(torch::kFloat32).contiguous();
+  auto y = torch::empty_like(x, cl ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+  const int64_t N = x.size(0), C = x.size(1), P = x.size(2) * x.size(3);
+  if (x.scalar_type() == torch::kBFloat16)
+    prelu_forward_kernel(x.data_ptr<at::BFloat16>(), w.data_ptr<float>(), y.data_ptr<at::BFloat16>(), N, C, P, cl);
+  else
+    prelu_forward_kernel(x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), N, C, P, cl);
+  return y;
+}
+
+struct PReLUFn : torch::autograd::Function<PReLUFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w) {
+    ctx->save_for_backward({channels_last(x) ? x : x.contiguous(), w});
+    return prelu_forward_cpu(x, w);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& w_in = saved[1];
+    const bool cl = channels_last(x);
+    auto g = grads[0].to(x.scalar_type()).contiguous(cl ? torch::MemoryFormat::ChannelsLast
+                                                        : torch::MemoryFormat::Contiguous);
+    auto w = w_in.detach().to(torch::kFloat32).contiguous();
+    auto dx = torch::empty_like(x, cl ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+    const int64_t N = x.size(0), C = x.size(1), P = x.size(2) * x.size(3);
+    auto dw = torch::zeros({C}, torch::kFloat64);
+    if (x.scalar_type() == torch::kBFloat16)
+      prelu_backward_kernel(g.data_ptr<at::BFloat16>(), x.data_ptr<at::BFloat16>(), w.data_ptr<float>(),
+                            dx.data_ptr<at::BFloat16>(), dw.data_ptr<double>(), N, C, P, cl);
+    else
+      prelu_backward_kernel(g.data_ptr<float>(), x.data_ptr<float>(), w.data_ptr<float>(), dx.data_ptr<float>(),
+                            dw.data_ptr<double>(), N, C, P, cl);
+    return {dx, dw.to(w_in.scalar_type())};
+  }
+};
+
+}  // namespace
+
+torch::Tensor prelu(const torch::Tensor& x, const torch::Tensor& slopes) {
+  if (!fast_prelu_ok(x, slopes)) return torch::prelu(x, slopes);
+  if (!torch::GradMode::is_enabled() || (!x.requires_grad() && !slopes.requires_grad()))
+    return prelu_forward_cpu(x, slopes);
+  return PReLUFn::apply(x, slopes);
+}
+
 torch::Tensor conv(const torch::nn::Conv2d& c, const torch::Tensor& x) {
   torch::Tensor y = c.ptr()->forward(x);
   if (MacCounter::enabled()) {
@@ -105,7 +341,7 @@ torch::Tensor sync_batch_norm(const torch::Tensor& x, torch::nn::BatchNorm2d& bn
 torch::Tensor BNActImpl::forward(const torch::Tensor& x) {
   const AllReduceFn& reduce = bn_allreduce();
   torch::Tensor y = (reduce && is_training()) ? sync_batch_norm(x, bn, reduce) : bn->forward(x);
-  return act ? act->forward(y) : y;
+  return act ? model::prelu(y, act->weight) : y;
 }
 
 ConvBNActImpl::ConvBNActImpl(const ConvSpec& spec, bool with_act)
