@@ -9,17 +9,24 @@
 //   - our own kernels for what oneDNN 2.6 cannot do well: PReLU (its PReLU post-op falls
 //     back to the reference kernel), so a convolution that needs PReLU, a residual or an
 //     adder is followed by one in-place pass doing all of them; depthwise convolutions with
-//     that pass fused (oneDNN's JIT kernel refuses large dilations on small maps); one-output-
-//     channel convolutions (oneDNN pads them to 16 channels); the attention product; concat
-//     halves written in place; the final ×4 bilinear upsampling straight into the logits.
-// Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread count).
+//     that pass fused (oneDNN's JIT kernel refuses large dilations on small maps), FEB's two
+//     depthwise branches and their sum (C4.3–C4.5) in one kernel; one-output-channel
+//     convolutions (oneDNN pads them to 16 channels); the attention product; concat halves
+//     written in place; the final ×4 bilinear upsampling straight into the logits, or
+//     fused with the argmax for labels().
+// Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread
+// count; this file must be compiled with -fopenmp, or at::parallel_for runs serially).
+// LIGHTSEG_PROFILE=1 prints the mean time of every step when a plan is destroyed.
 //
 // bf16 plans (EngineOptions::dtype = kBFloat16, CPUs with AVX512-BF16 or AMX): every dense
-// convolution but the first reads a bf16 copy of its input ("shadow": nChw16c, written by
-// the producer's pass alongside, or instead of, the f32 value; by a oneDNN reorder where
-// the producer is a oneDNN primitive) and bf16 weights, accumulating in f32; twice the
-// multiply-accumulates per cycle of f32. Everything else stays f32. The first convolution
-// stays f32: rounding the normalised image costs the most label agreement.
+// convolution but the first reads bf16 activations and bf16 weights, accumulating in f32
+// (twice the multiply-accumulates per cycle of f32). A value that only bf16-capable readers
+// use (bf16 convolutions and our kernels) is stored in bf16 only; one that an f32-only
+// reader also needs (oneDNN pooling, resampling, concat; the output) stays f32, and where a
+// bf16 convolution reads it, gets a bf16 copy ("shadow", written by the producer's pass, or
+// by a oneDNN reorder after a oneDNN producer). Our kernels compute in f32 whatever they
+// read. The first convolution stays f32: rounding the normalised image costs the most
+// label agreement.
 #include "infer/onednn_engine.h"
 
 #include <sys/mman.h>
