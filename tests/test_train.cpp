@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "lightseg/dataset.h"
+#include "lightseg/engine.h"
 #include "lightseg/eval.h"
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
@@ -183,5 +184,31 @@ TEST(Eval, SavedPredictionsRescoreToTheSameMiou) {
   auto j = r.to_json();
   EXPECT_NEAR(j["miou"].get<double>(), again.miou(), 1e-12);
   EXPECT_EQ(j["per_class"].size(), 3u);
+  fs::remove_all(dir);
+}
+
+TEST(Eval, AnInferenceBackendScoresLikeTheTrainingGraph) {
+  // eval --backend onednn|fused: the same confusion matrix as the training graph (fp32
+  // backends give its labels); the result names what computed it.
+  auto dir = fixtures::temp_dir("evalbackend");
+  fixtures::make_shapes_dataset(dir / "data", 4, 3);
+  torch::manual_seed(2);
+  NetworkConfig cfg;
+  cfg.num_classes = 3;
+  Network net(cfg);
+  net->eval();
+  auto ds = SegDataset::open("list", (dir / "data").string(), "val");
+  auto ref = evaluate(net, ds.meta(), ds);
+  EXPECT_EQ(ref.backend, "eager");
+  for (const auto& backend : available_backends()) {
+    EvalOptions eo;
+    eo.backend = backend;
+    auto r = evaluate(net, ds.meta(), ds, eo);
+    EXPECT_EQ(r.backend, backend);
+    EXPECT_TRUE(torch::equal(r.confusion.matrix(), ref.confusion.matrix())) << backend;
+  }
+  EvalOptions bad;
+  bad.backend = "tensorrt";
+  EXPECT_THROW(evaluate(net, ds.meta(), ds, bad), std::invalid_argument);
   fs::remove_all(dir);
 }
