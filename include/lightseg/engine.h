@@ -64,6 +64,8 @@ double measure_peak_macs(torch::Device device = torch::kCPU, torch::ScalarType d
 
 // The backends this build offers on `device` (besides "auto"), fastest first.
 std::vector<std::string> available_backends(torch::Device device = torch::kCPU);
+// Whether EngineOptions::dtype = kBFloat16 works on this CPU (onednn backend, AVX512-BF16/AMX).
+bool cpu_bf16_inference_available();
 
 // A deep copy of a network (parameters and buffers), e.g. to fold or convert it.
 Network clone_network(const Network& net);

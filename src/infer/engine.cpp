@@ -135,6 +135,8 @@ std::vector<std::string> available_backends(torch::Device device) {
   return r;
 }
 
+bool cpu_bf16_inference_available() { return onednn_bf16_available(); }
+
 std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
   std::string backend = o.backend;
   if (backend == "auto") backend = available_backends(o.device).front();  // measured fastest first

@@ -55,6 +55,7 @@ namespace lightseg {
 #if !LIGHTSEG_HAVE_DNNL
 
 bool onednn_available() { return false; }
+bool onednn_bf16_available() { return false; }
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
@@ -62,6 +63,10 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool) {
 #else
 
 bool onednn_available() { return true; }
+bool onednn_bf16_available() {
+  const auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
 
 namespace onednn {
 
@@ -1289,8 +1294,7 @@ class Engine : public InferenceEngine {
   Engine(const FusedNetwork& f, bool bf16)
       : f_(to(f, torch::kCPU)), bf16_(bf16), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
     if (bf16_) {
-      const auto isa = dnnl::get_effective_cpu_isa();
-      if (isa != dnnl::cpu_isa::avx512_core_bf16 && isa != dnnl::cpu_isa::avx512_core_amx)
+      if (!onednn_bf16_available())
         throw std::invalid_argument(
             "bf16 inference on the CPU needs AVX512-BF16 or AMX instructions, which this CPU does not have "
             "(use fp32)");

@@ -10,6 +10,8 @@ namespace lightseg {
 
 // False when the library was built without libdnnl.
 bool onednn_available();
+// True when onednn is available and the CPU has AVX512-BF16 or AMX (bf16 plans).
+bool onednn_bf16_available();
 // Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
 // accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument).
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false);

@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "lightseg/network.h"
+#include "lightseg/engine.h"
 #include "lightseg/runtime.h"
 #include "lightseg/weights.h"
 
@@ -37,6 +38,8 @@ void add_info(CLI::App& app, Args& a) {
       j["macs"] = macs;
       j["input"] = {h, w};
       j["config"] = cfg.to_json();
+      j["cpu_backends"] = available_backends(torch::kCPU);
+      j["cpu_bf16"] = cpu_bf16_inference_available();
       j["modules"] = nlohmann::json::array();
       for (const auto& r : rows)
         j["modules"].push_back({{"name", r.name}, {"claim", r.claim}, {"out", r.out},
@@ -53,6 +56,10 @@ void add_info(CLI::App& app, Args& a) {
                 static_cast<unsigned long long>(macs));
     std::printf("parameters: %.3f M   MACs: %.3f G (convolutions, k_h*k_w*C_in/groups per output element)\n",
                 params / 1e6, macs / 1e9);
+    std::string backends;
+    for (const auto& b : available_backends(torch::kCPU)) backends += (backends.empty() ? "" : ", ") + b;
+    std::printf("CPU inference backends (fastest first): %s; --precision bf16: %s\n", backends.c_str(),
+                cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)");
   });
 }
 
