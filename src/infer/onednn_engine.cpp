@@ -273,6 +273,27 @@ inline __attribute__((always_inline)) void depthwise_run(const DepthwiseConv& c,
   for (int j = 0; j < R; ++j) out[j] = acc[j];
 }
 
+// The same for 3-wide kernels at stride 1 and dilation D (1 or 2): each input vector of a
+// kernel row is loaded (and, for bf16, converted) once and used by up to three taps.
+template <int R, int D, class T>
+inline __attribute__((always_inline)) void depthwise_run3(const DepthwiseConv& c, const T* const* rowp,
+                                                          const int64_t* rows, int nrows, const float* w, v16 b,
+                                                          int64_t xo, v16* out) {
+  v16 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = b;
+  for (int r = 0; r < nrows; ++r) {
+    const float* wr = w + rows[r] * 3 * kBlock;
+    const v16 w0 = load(wr), w1 = load(wr + kBlock), w2 = load(wr + 2 * kBlock);
+    const T* s = rowp[r] + (xo - c.pw) * kBlock;
+    v16 win[R + 2 * D];
+    for (int j = 0; j < R + 2 * D; ++j) win[j] = load(s + j * kBlock);
+    for (int j = 0; j < R; ++j) acc[j] += w0 * win[j];  // three FMAs (one sum would be mul + 2 FMA + add)
+    for (int j = 0; j < R; ++j) acc[j] += w1 * win[j + D];
+    for (int j = 0; j < R; ++j) acc[j] += w2 * win[j + 2 * D];
+  }
+  for (int j = 0; j < R; ++j) out[j] = acc[j];
+}
+
 // One output row of a depthwise convolution: the kernel rows inside the input and the
 // output columns [in_lo, in_hi) whose every tap is inside.
 template <class T>
@@ -313,6 +334,10 @@ inline __attribute__((always_inline)) void dw_tile(const DepthwiseConv& c, const
   // interior pixels: runs of 8, then 4, 2, 1, in registers
   const int64_t a = std::clamp(r.in_lo, x0, x0 + np), e = std::clamp(r.in_hi, a, x0 + np);
   int64_t xo = a;
+  if (c.kw == 3 && c.sw == 1 && c.dw == 1)
+    for (; xo + 8 <= e; xo += 8) depthwise_run3<8, 1>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
+  else if (c.kw == 3 && c.sw == 1 && c.dw == 2)
+    for (; xo + 8 <= e; xo += 8) depthwise_run3<8, 2>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
   for (; xo + 8 <= e; xo += 8) depthwise_run<8>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
   if (xo + 4 <= e) {
     depthwise_run<4>(c, r.rowp, r.rows, r.nrows, r.w, r.b, xo, t + (xo - x0));
