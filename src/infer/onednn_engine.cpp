@@ -168,6 +168,19 @@ inline __attribute__((always_inline)) void accumulate(v16* t, const T* q, int64_
     for (int64_t i = 0; i < np; ++i) t[i] += load(q + i * kBlock);
 }
 
+// The activation of an epilogue on a tile of block g.
+inline __attribute__((always_inline)) void activate(const Epilogue& e, v16* t, int64_t g, int64_t np) {
+  if (e.act == Act::PReLU) {
+    const v16 s = load(e.slopes + g * kBlock);
+    for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : t[i] * s;
+  } else if (e.act == Act::ReLU) {
+    for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : v16{};
+  } else if (e.act == Act::Sigmoid) {
+    for (int64_t i = 0; i < np; ++i)
+      for (int l = 0; l < kBlock; ++l) t[i][l] = 1.f / (1.f + std::exp(-t[i][l]));
+  }
+}
+
 // The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
 // residual, activation, product, additions, padding lanes to zero; then the store.
 LIGHTSEG_MULTIVERSION
@@ -183,21 +196,7 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
     else
       accumulate(t, e.residual->block(n, g) + p * kBlock, np, false);
   }
-  switch (e.act) {
-    case Act::None: break;
-    case Act::PReLU: {
-      const v16 a = load(e.slopes + c0);
-      for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : t[i] * a;
-      break;
-    }
-    case Act::ReLU:
-      for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : v16{};
-      break;
-    case Act::Sigmoid:
-      for (int64_t i = 0; i < np; ++i)
-        for (int l = 0; l < kBlock; ++l) t[i][l] = 1.f / (1.f + std::exp(-t[i][l]));
-      break;
-  }
+  activate(e, t, g, np);
   if (e.mul) {  // lane 0 of the one-channel value
     if (e.mul->bf16) {
       const uint16_t* q = e.mul->blockh(n, 0) + p * kBlock;
@@ -384,17 +383,6 @@ struct PairedDepthwise {
   DepthwiseConv a, b;  // b.e: the epilogue of the sum (its additions, destination)
 };
 
-inline __attribute__((always_inline)) void activate(const Epilogue& e, v16* t, int64_t g, int64_t np) {
-  if (e.act == Act::PReLU) {
-    const v16 s = load(e.slopes + g * kBlock);
-    for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : t[i] * s;
-  } else if (e.act == Act::ReLU) {
-    for (int64_t i = 0; i < np; ++i) t[i] = t[i] > 0.f ? t[i] : v16{};
-  } else if (e.act == Act::Sigmoid) {
-    for (int64_t i = 0; i < np; ++i)
-      for (int l = 0; l < kBlock; ++l) t[i][l] = 1.f / (1.f + std::exp(-t[i][l]));
-  }
-}
 
 template <class T>
 inline __attribute__((always_inline)) void paired_row_impl(const PairedDepthwise& c, const T* src, int64_t n,

@@ -82,8 +82,6 @@ void add_bench(CLI::App& app, Args& a) {
     if (device.is_cuda() && !torch::cuda::is_available())
       throw std::runtime_error("--device cuda: this LibTorch has no CUDA or no GPU is visible");
     const torch::ScalarType dtype = precision_type(a.precision);
-    if (!device.is_cuda() && dtype == torch::kHalf)
-      throw std::invalid_argument("--precision fp16 needs --device cuda (the CPU backends run fp32 or bf16)");
 
     ModelMeta meta;
     std::string source;
