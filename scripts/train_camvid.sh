@@ -19,9 +19,8 @@ if [ ! -f "$RUN_DIR/last.lsw" ] && [ -f models/checkpoints/camvid-last.lsw ]; th
   cp models/checkpoints/camvid-last.lsw "$RUN_DIR/last.lsw"
   echo "train_camvid: resuming from the committed checkpoint" >&2
 fi
-# PRECISION=bf16 trains with bf16 autocast (~1.4x images/s on AVX512-BF16 CPUs), but the
-# CamVid run diverged (NaN loss) 1.3 epochs after switching to it (epochs 33-34 were bf16),
-# so the default stays fp32.
+# PRECISION=bf16 trains with bf16 autocast (~1.3x images/s on AVX512-BF16 CPUs), but the
+# CamVid run diverged (NaN loss) twice with it (epochs 35 and 52), so the default is fp32.
 PRECISION=${PRECISION:-fp32}
 nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --out "$RUN_DIR" \
   --epochs 300 --batch 8 --lr 1e-3 --crop 360x480 --val-every 2 --time-limit "$MINUTES" --resume \
