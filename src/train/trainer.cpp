@@ -28,26 +28,20 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// bf16 autocast on CUDA (no loss scaling needed, unlike fp16). The API moved in LibTorch 2.4.
-void set_cuda_autocast(bool on) {
+// bf16 autocast (no loss scaling needed, unlike fp16) on CUDA or the CPU (convolutions
+// forward and backward in bf16 through oneDNN). The API moved in LibTorch 2.4.
+void set_autocast(at::DeviceType type, bool on) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCUDA, on);
+  at::autocast::set_autocast_dtype(type, at::kBFloat16);
+  at::autocast::set_autocast_enabled(type, on);
 #else
-  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-  at::autocast::set_enabled(on);
-#endif
-  if (!on) at::autocast::clear_cache();
-}
-
-// bf16 autocast on the CPU: convolutions (forward and backward) in bf16 through oneDNN.
-void set_cpu_autocast(bool on) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCPU, on);
-#else
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  at::autocast::set_cpu_enabled(on);
+  if (type == at::kCUDA) {
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(on);
+  }
 #endif
   if (!on) at::autocast::clear_cache();
 }
@@ -346,13 +340,13 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       if (o.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
       torch::Tensor logits;
       {
-        const bool cuda_amp = device.is_cuda() && o.amp, cpu_amp = device.is_cpu() && o.amp_cpu;
-        if (cuda_amp) set_cuda_autocast(true);
-        if (cpu_amp) set_cpu_autocast(true);
+        const bool amp = device.is_cuda() ? o.amp : o.amp_cpu;
+        if (amp) set_autocast(device.type(), true);
         logits = net->forward(x);
-        if (cuda_amp) set_cuda_autocast(false);
-        if (cpu_amp) set_cpu_autocast(false);
-        if (cuda_amp || cpu_amp) logits = logits.to(torch::kFloat32);
+        if (amp) {
+          set_autocast(device.type(), false);
+          logits = logits.to(torch::kFloat32);
+        }
       }
       torch::Tensor loss = o.loss == "ohem" ? ohem_cross_entropy(logits, y, o.ohem_thresh, o.ohem_min_kept, weight)
                                             : weighted_cross_entropy(logits, y, weight);
