@@ -47,20 +47,26 @@ double max_diff(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
+// Overfitting setup: `epochs` epochs on the tiny set, measured on the training images at the
+// end; returns the per-epoch records (the run must finish).
+static std::vector<EpochRecord> overfit(TrainOptions o, int epochs) {
+  o.epochs = epochs;
+  o.val_split = "train";  // overfitting: measure on the training images
+  o.val_every = epochs;
+  o.loss = "ce";
+  o.scale_min = o.scale_max = 1.0;
+  std::vector<EpochRecord> records;
+  TrainCallbacks cb;
+  cb.on_epoch = [&](const EpochRecord& r) { records.push_back(r); };
+  auto r = train(o, cb);
+  EXPECT_TRUE(r.finished);
+  return records;
+}
+
 TEST(Train, OverfitsTinySyntheticDataset) {
   auto dir = fixtures::temp_dir("overfit");
   fixtures::make_shapes_dataset(dir / "data", 8, 2);
-  auto o = tiny(dir / "data", dir / "run");
-  o.epochs = 40;
-  o.val_split = "train";  // overfitting: measure on the training images
-  o.val_every = 40;
-  o.loss = "ce";
-  o.scale_min = o.scale_max = 1.0;
-  std::vector<EpochRecord> epochs;
-  TrainCallbacks cb;
-  cb.on_epoch = [&](const EpochRecord& r) { epochs.push_back(r); };
-  auto r = train(o, cb);
-  ASSERT_TRUE(r.finished);
+  auto epochs = overfit(tiny(dir / "data", dir / "run"), 40);
   ASSERT_EQ(epochs.size(), 40u);
   EXPECT_LT(epochs.back().loss, epochs.front().loss);
   EXPECT_GT(epochs.back().pixel_acc, 0.95);
@@ -82,16 +88,7 @@ TEST(Train, Bf16AutocastOnTheCpuLearns) {
   fixtures::make_shapes_dataset(dir / "data", 8, 2);
   auto o = tiny(dir / "data", dir / "run");
   o.amp_cpu = true;
-  o.epochs = 25;
-  o.val_split = "train";
-  o.val_every = 25;
-  o.loss = "ce";
-  o.scale_min = o.scale_max = 1.0;
-  std::vector<EpochRecord> epochs;
-  TrainCallbacks cb;
-  cb.on_epoch = [&](const EpochRecord& r) { epochs.push_back(r); };
-  auto r = train(o, cb);
-  ASSERT_TRUE(r.finished);
+  auto epochs = overfit(o, 25);
   ASSERT_EQ(epochs.size(), 25u);
   EXPECT_LT(epochs.back().loss, 0.5 * epochs.front().loss);
   EXPECT_GT(epochs.back().pixel_acc, 0.9);
