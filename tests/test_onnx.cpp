@@ -183,6 +183,8 @@ TEST(Cli, BenchPrintsTheJsonContract) {
   EXPECT_EQ(last.rfind("{\"size\": [64, 96], \"batch\": 2, \"threads\": 1, \"p50_ms\": ", 0), 0u) << last;
   for (const char* k : {"p90_ms", "p99_ms", "fps", "backend", "images_per_s", "peak_gmac_s", "peak_fraction"})
     EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_GT(j["min_ms"].get<double>(), 0.0);
+  EXPECT_LE(j["min_ms"].get<double>(), j["p50_ms"].get<double>());
   EXPECT_LE(j["p50_ms"].get<double>(), j["p90_ms"].get<double>());
   EXPECT_LE(j["p90_ms"].get<double>(), j["p99_ms"].get<double>());
   EXPECT_EQ(j["backend"], available_backends().front());

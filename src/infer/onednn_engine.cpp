@@ -215,8 +215,10 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
   }
   if (extra)  // a tile computed alongside (paired depthwise convolutions)
     for (int64_t i = 0; i < np; ++i) t[i] += extra[i];
-  const v16 v = load(e.valid + c0);
-  for (int64_t i = 0; i < np; ++i) t[i] *= v;
+  if (c0 + kBlock > e.dst.C) {  // a block with padding lanes: keep them zero
+    const v16 v = load(e.valid + c0);
+    for (int64_t i = 0; i < np; ++i) t[i] *= v;
+  }
   if (e.write_dst && e.dst.bf16) {
     uint16_t* d = e.dst.blockh(n, g) + p * kBlock;
     for (int64_t i = 0; i < np; ++i) store_bf16(d + i * kBlock, t[i]);
