@@ -2,6 +2,10 @@
 // checkpoints never overwritten by accident; eval --save consistency.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <map>
+
 #include "lightseg/dataset.h"
 #include "lightseg/engine.h"
 #include "lightseg/eval.h"
@@ -138,6 +142,67 @@ TEST(Train, KillAndResumeEndInTheSameState) {
   EXPECT_LT(max_diff((dir / "a" / "last.lsw").string(), (dir / "c" / "last.lsw").string()), 1e-6);
   ASSERT_EQ(rc2.history.size(), 3u);
   for (int e = 0; e < 3; ++e) EXPECT_NEAR(rc2.history[e].loss, ra.history[e].loss, 1e-5) << e;
+  fs::remove_all(dir);
+}
+
+TEST(Train, NonFiniteStepsAreSkippedAndRepeatedOnesStopTheRun) {
+  // A NaN gradient (a bf16 overflow, a bad batch) skips that step: no update, and the BatchNorm
+  // statistics its forward pass changed are put back; five in a row are divergence.
+  auto dir = fixtures::temp_dir("nonfinite");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "a");
+  o.epochs = 2;  // 2 steps per epoch
+  o.val_every = 0;
+  std::map<std::string, torch::Tensor> weights_before, buffers_before;
+  int step = 0;
+  TrainCallbacks cb;
+  cb.after_backward = [&](Network& net) {
+    ++step;
+    if (step == 3)  // BatchNorm statistics as step 4's forward pass found them
+      for (const auto& b : net->named_buffers()) buffers_before[b.key()] = b.value().detach().clone();
+    if (step == 4) {  // the weights step 4 must leave alone; then poison one gradient
+      for (const auto& p : net->named_parameters()) weights_before[p.key()] = p.value().detach().clone();
+      net->parameters().front().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+  };
+  auto r = train(o, cb);
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.history.size(), 2u);
+  EXPECT_EQ(r.history[0].skipped_steps, 0);
+  EXPECT_EQ(r.history[1].skipped_steps, 1);
+  EXPECT_TRUE(std::isfinite(r.history[1].loss));
+  ModelMeta meta;
+  Network net = load_network((dir / "a" / "last.lsw").string(), &meta);
+  ASSERT_FALSE(weights_before.empty());
+  for (const auto& p : net->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), weights_before.at(p.key()))) << p.key();
+  int changed_by_forward = 0;
+  for (const auto& b : net->named_buffers()) {
+    EXPECT_TRUE(torch::equal(b.value(), buffers_before.at(b.key()))) << b.key();
+    changed_by_forward += b.value().is_floating_point() ? 1 : 0;
+  }
+  EXPECT_GT(changed_by_forward, 0);
+  EXPECT_EQ(read_weights((dir / "a" / "last.lsw").string()).extra["train"]["history"][1]["skipped_steps"].get<int>(), 1);
+
+  // NaN from the second step on: five skips in a row end the run with a clear error
+  auto o2 = tiny(dir / "data", dir / "b");
+  o2.epochs = 10;
+  o2.val_every = 0;
+  step = 0;
+  TrainCallbacks bad;
+  bad.after_backward = [&](Network& n) {
+    if (++step >= 2) n->parameters().front().mutable_grad().fill_(std::numeric_limits<float>::infinity());
+  };
+  try {
+    train(o2, bad);
+    ADD_FAILURE() << "a run of non-finite steps must stop training";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(step, 6);  // one good step, five skipped
+  // the last checkpoint (end of epoch 2) is intact and finite
+  Network n2 = load_network((dir / "b" / "last.lsw").string(), &meta);
+  for (const auto& p : n2->parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
   fs::remove_all(dir);
 }
 

@@ -82,6 +82,7 @@ struct EpochRecord {
   int epoch = 0;                    // 1-based
   double loss = 0, lr = 0, seconds = 0, images_per_s = 0, data_wait_share = 0, allreduce_share = 0;
   double miou = -1, pixel_acc = -1; // -1 when not evaluated this epoch
+  int64_t skipped_steps = 0;        // steps skipped for a non-finite loss or gradients
   nlohmann::json to_json() const;
   static EpochRecord from_json(const nlohmann::json& j);
 };

@@ -99,6 +99,7 @@ json EpochRecord::to_json() const {
          {"data_wait_share", data_wait_share}, {"allreduce_share", allreduce_share}};
   j["val_miou"] = miou >= 0 ? json(miou) : json(nullptr);
   j["val_pixel_acc"] = pixel_acc >= 0 ? json(pixel_acc) : json(nullptr);
+  if (skipped_steps > 0) j["skipped_steps"] = skipped_steps;
   return j;
 }
 
@@ -113,6 +114,7 @@ EpochRecord EpochRecord::from_json(const json& j) {
   r.allreduce_share = j.value("allreduce_share", 0.0);
   r.miou = j.at("val_miou").is_null() ? -1 : j.at("val_miou").get<double>();
   r.pixel_acc = j.at("val_pixel_acc").is_null() ? -1 : j.at("val_pixel_acc").get<double>();
+  r.skipped_steps = j.value("skipped_steps", int64_t(0));
   return r;
 }
 

@@ -151,7 +151,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   int start_epoch = 0;
   int64_t start_batch = 0, global_step = 0;
   double best_miou = -1, part_loss = 0, part_seconds = 0, part_wait = 0;
-  int64_t part_count = 0, part_images = 0;
+  int64_t part_count = 0, part_images = 0, skipped_steps = 0;  // this epoch's so far
   std::vector<EpochRecord> history;
   std::string opt_blob;
   WeightsFile resumed;
@@ -173,6 +173,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     part_loss = t.value("part_loss", 0.0);
     part_count = t.value("part_count", int64_t(0));
     part_images = t.value("part_images", int64_t(0));
+    skipped_steps = t.value("part_skipped", int64_t(0));
     part_seconds = t.value("part_seconds", 0.0);
     part_wait = t.value("part_wait", 0.0);
     for (const auto& r : t.at("history")) history.push_back(EpochRecord::from_json(r));
@@ -181,7 +182,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
           std::to_string(o.world) + ": restarting epoch " + std::to_string(start_epoch + 1) + " from its start");
       start_batch = 0;
       part_loss = part_seconds = part_wait = 0;
-      part_count = part_images = 0;
+      part_count = part_images = skipped_steps = 0;
     }
     if (resumed.blobs.count("optimizer")) opt_blob = resumed.blobs.at("optimizer");
     say("resuming from " + last_path + " at epoch " + std::to_string(start_epoch + 1) + ", batch " +
@@ -274,7 +275,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     WeightsFile w = make_weights(net, meta);
     w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step}, {"world", o.world},
                         {"best_miou", best_miou}, {"part_loss", part_loss}, {"part_count", part_count},
-                        {"part_images", part_images}, {"part_seconds", part_seconds}, {"part_wait", part_wait},
+                        {"part_images", part_images}, {"part_skipped", skipped_steps}, {"part_seconds", part_seconds}, {"part_wait", part_wait},
                         {"options", o.to_json()}, {"history", json::array()}};
     for (const auto& r : history) w.extra["train"]["history"].push_back(r.to_json());
     if (with_optimizer) w.blobs["optimizer"] = save_optimizer(*opt);
@@ -292,6 +293,14 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   result.best_miou = best_miou;
   double step_time_avg = 0;  // running mean of seconds per iteration (for the ETA)
   int64_t steps_timed = 0;
+  // Non-finite steps (NaN/inf loss or gradients: a reduced-precision overflow, a bad batch)
+  // are skipped, as a loss scaler does: no optimizer update, and the BatchNorm running
+  // statistics that the step's forward pass updated are put back. Only kMaxSkipsInRow in a
+  // row count as divergence.
+  constexpr int kMaxSkipsInRow = 5;
+  int skips_in_row = 0;
+  std::vector<torch::Tensor> buffers = net->buffers(), buffers_saved;
+  for (const auto& b : buffers) buffers_saved.push_back(b.detach().clone());
 
   for (int epoch = start_epoch; epoch < o.epochs; ++epoch) {
     auto batches = epoch_batches(train_ds.size(), o.batch, o.seed, epoch, o.rank, o.world, o.max_iters);
@@ -299,7 +308,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     const int64_t first = epoch == start_epoch ? start_batch : 0;
     if (first == 0) {
       part_loss = part_seconds = part_wait = 0;
-      part_count = part_images = 0;
+      part_count = part_images = skipped_steps = 0;
     }
     std::vector<std::vector<size_t>> todo(batches.begin() + std::min<int64_t>(first, iters), batches.end());
     const uint64_t seed = o.seed;
@@ -338,6 +347,10 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       auto x = batch.images.to(device);
       auto y = batch.labels.to(device);
       if (o.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+      {
+        torch::NoGradGuard ng;
+        for (size_t k = 0; k < buffers.size(); ++k) buffers_saved[k].copy_(buffers[k]);
+      }
       torch::Tensor logits;
       {
         const bool amp = device.is_cuda() ? o.amp : o.amp_cpu;
@@ -355,7 +368,38 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       loss.backward();
       if (grad_sync) grad_sync->finish();
       if (cb.after_backward) cb.after_backward(net);
-      opt->step();
+      bool finite = true;
+      {
+        torch::NoGradGuard ng;
+        torch::Tensor sum = loss.detach().to(torch::kFloat32).reshape({1});
+        for (const auto& p : net->parameters())
+          if (p.grad().defined()) sum = sum + p.grad().sum().to(torch::kFloat32);
+        if (col) {  // all ranks skip together
+          auto t = torch::tensor({std::isfinite(sum.item<double>()) ? 0.0 : 1.0}, torch::kDouble);
+          col->allreduce_sum(t);
+          finite = t.item<double>() == 0;
+        } else {
+          finite = std::isfinite(sum.item<double>());
+        }
+      }
+      if (finite) {
+        opt->step();
+        skips_in_row = 0;
+      } else {
+        torch::NoGradGuard ng;
+        for (size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(buffers_saved[k]);
+        opt->zero_grad();
+        ++skips_in_row;
+        ++skipped_steps;
+        if (lead)
+          say("skipped a step: non-finite loss or gradients at epoch " + std::to_string(epoch + 1) + ", iteration " +
+              std::to_string(it + 1) + " (no update; BatchNorm statistics restored)");
+        if (skips_in_row >= kMaxSkipsInRow)
+          throw std::runtime_error("training diverged: non-finite loss or gradients in " +
+                                   std::to_string(kMaxSkipsInRow) + " steps in a row, up to epoch " +
+                                   std::to_string(epoch + 1) + ", iteration " + std::to_string(it + 1) +
+                                   " (lower --lr?)");
+      }
       if (col && o.verify_sync) {  // every rank must now hold rank 0's weights bit for bit
         torch::NoGradGuard ng;
         std::vector<torch::Tensor> parts;
@@ -379,11 +423,10 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
         stop = t[1].item<double>() > 0;
         over_time = t[2].item<double>() > 0;
       }
-      if (!std::isfinite(lv))
-        throw std::runtime_error("training diverged: loss is " + std::to_string(lv) + " at epoch " +
-                                 std::to_string(epoch + 1) + ", iteration " + std::to_string(it) + " (lower --lr?)");
-      part_loss += lv;
-      ++part_count;
+      if (finite) {
+        part_loss += lv;
+        ++part_count;
+      }
       part_images += static_cast<int64_t>(batch.indices.size());
       const double dt = seconds_since(t_it);
       step_time_avg = (step_time_avg * steps_timed + dt) / (steps_timed + 1);
@@ -427,6 +470,8 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     rec.images_per_s = rec.seconds > 0 ? part_images * o.world / rec.seconds : 0;
     rec.data_wait_share = rec.seconds > 0 ? (part_wait + loader.wait_seconds() - wait_before) / rec.seconds : 0;
     rec.allreduce_share = rec.seconds > 0 && grad_sync ? (grad_sync->seconds() - allreduce_before) / rec.seconds : 0;
+    rec.skipped_steps = skipped_steps;
+    skipped_steps = 0;
     if (col && !o.sync_bn) {  // keep BatchNorm statistics identical: rank 0's
       torch::NoGradGuard ng;
       for (auto& b : net->buffers()) col->broadcast(b, 0);

@@ -225,7 +225,9 @@ void add_train(CLI::App& app, Args& a) {
                       r.loss, r.miou, r.pixel_acc, r.seconds, r.images_per_s);
       else
         std::snprintf(b, sizeof b, "epoch %d done: loss %.4f  %.0fs  %.2f img/s", r.epoch, r.loss, r.seconds, r.images_per_s);
-      line.print(b);
+      std::string msg = b;
+      if (r.skipped_steps > 0) msg += "  (" + std::to_string(r.skipped_steps) + " non-finite steps skipped)";
+      line.print(msg);
     };
     if (o.rank != 0) cb.on_iteration = nullptr;
     line.print(who + o.dataset + " from " + o.data + " → " + o.out_dir + "  (" + std::to_string(threads) +
