@@ -1,11 +1,14 @@
 // The training loop (see include/lightseg/train.h for the contract).
 #include <ATen/autocast_mode.h>
+
+#include <map>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -299,8 +302,28 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   // row count as divergence.
   constexpr int kMaxSkipsInRow = 5;
   int skips_in_row = 0;
-  std::vector<torch::Tensor> buffers = net->buffers(), buffers_saved;
-  for (const auto& b : buffers) buffers_saved.push_back(b.detach().clone());
+  // The buffers are saved as one flat copy per dtype (one kernel each on CUDA, not hundreds).
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> buffers;
+  for (const auto& b : net->buffers()) buffers[b.scalar_type()].push_back(b);
+  std::map<c10::ScalarType, torch::Tensor> buffers_saved;
+  auto save_buffers = [&] {
+    torch::NoGradGuard ng;
+    for (auto& [type, bs] : buffers) {
+      std::vector<torch::Tensor> flat;
+      for (const auto& b : bs) flat.push_back(b.detach().reshape({-1}));
+      buffers_saved[type] = torch::cat(flat);
+    }
+  };
+  auto restore_buffers = [&] {
+    torch::NoGradGuard ng;
+    for (auto& [type, bs] : buffers) {
+      int64_t off = 0;
+      for (auto& b : bs) {
+        b.copy_(buffers_saved[type].narrow(0, off, b.numel()).view(b.sizes()));
+        off += b.numel();
+      }
+    }
+  };
 
   for (int epoch = start_epoch; epoch < o.epochs; ++epoch) {
     auto batches = epoch_batches(train_ds.size(), o.batch, o.seed, epoch, o.rank, o.world, o.max_iters);
@@ -347,10 +370,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       auto x = batch.images.to(device);
       auto y = batch.labels.to(device);
       if (o.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-      {
-        torch::NoGradGuard ng;
-        for (size_t k = 0; k < buffers.size(); ++k) buffers_saved[k].copy_(buffers[k]);
-      }
+      save_buffers();
       torch::Tensor logits;
       {
         const bool amp = device.is_cuda() ? o.amp : o.amp_cpu;
@@ -371,9 +391,11 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       bool finite = true;
       {
         torch::NoGradGuard ng;
-        torch::Tensor sum = loss.detach().to(torch::kFloat32).reshape({1});
+        std::vector<torch::Tensor> grads;
         for (const auto& p : net->parameters())
-          if (p.grad().defined()) sum = sum + p.grad().sum().to(torch::kFloat32);
+          if (p.grad().defined()) grads.push_back(p.grad());
+        torch::Tensor sum = loss.detach().to(torch::kFloat32).reshape({});
+        if (!grads.empty()) sum = sum + torch::stack(at::_foreach_norm(grads)).sum().to(torch::kFloat32);
         if (col) {  // all ranks skip together
           auto t = torch::tensor({std::isfinite(sum.item<double>()) ? 0.0 : 1.0}, torch::kDouble);
           col->allreduce_sum(t);
@@ -387,7 +409,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
         skips_in_row = 0;
       } else {
         torch::NoGradGuard ng;
-        for (size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(buffers_saved[k]);
+        restore_buffers();
         opt->zero_grad();
         ++skips_in_row;
         ++skipped_steps;
