@@ -226,7 +226,9 @@ void add_train(CLI::App& app, Args& a) {
       else
         std::snprintf(b, sizeof b, "epoch %d done: loss %.4f  %.0fs  %.2f img/s", r.epoch, r.loss, r.seconds, r.images_per_s);
       std::string msg = b;
-      if (r.skipped_steps > 0) msg += "  (" + std::to_string(r.skipped_steps) + " non-finite steps skipped)";
+      if (r.skipped_steps > 0)
+        msg += "  (" + std::to_string(r.skipped_steps) + " non-finite step" + (r.skipped_steps > 1 ? "s" : "") +
+               " skipped)";
       line.print(msg);
     };
     if (o.rank != 0) cb.on_iteration = nullptr;
