@@ -1,7 +1,5 @@
 // The training loop (see include/lightseg/train.h for the contract).
 #include <ATen/autocast_mode.h>
-
-#include <map>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -278,7 +276,8 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     WeightsFile w = make_weights(net, meta);
     w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step}, {"world", o.world},
                         {"best_miou", best_miou}, {"part_loss", part_loss}, {"part_count", part_count},
-                        {"part_images", part_images}, {"part_skipped", skipped_steps}, {"part_seconds", part_seconds}, {"part_wait", part_wait},
+                        {"part_images", part_images}, {"part_skipped", skipped_steps},
+                        {"part_seconds", part_seconds}, {"part_wait", part_wait},
                         {"options", o.to_json()}, {"history", json::array()}};
     for (const auto& r : history) w.extra["train"]["history"].push_back(r.to_json());
     if (with_optimizer) w.blobs["optimizer"] = save_optimizer(*opt);
@@ -408,7 +407,6 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
         opt->step();
         skips_in_row = 0;
       } else {
-        torch::NoGradGuard ng;
         restore_buffers();
         opt->zero_grad();
         ++skips_in_row;
@@ -493,7 +491,6 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     rec.data_wait_share = rec.seconds > 0 ? (part_wait + loader.wait_seconds() - wait_before) / rec.seconds : 0;
     rec.allreduce_share = rec.seconds > 0 && grad_sync ? (grad_sync->seconds() - allreduce_before) / rec.seconds : 0;
     rec.skipped_steps = skipped_steps;
-    skipped_steps = 0;
     if (col && !o.sync_bn) {  // keep BatchNorm statistics identical: rank 0's
       torch::NoGradGuard ng;
       for (auto& b : net->buffers()) col->broadcast(b, 0);
@@ -509,7 +506,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     }
     history.push_back(rec);
     part_loss = part_seconds = part_wait = 0;
-    part_count = part_images = 0;
+    part_count = part_images = skipped_steps = 0;
     if (lead) {
       if (rec.miou > best_miou) {
         best_miou = rec.miou;
