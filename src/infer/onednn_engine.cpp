@@ -1,6 +1,6 @@
 // The oneDNN backend: the fused operation list (fused_network.h) compiled once per input
 // shape into a plan:
-//   - oneDNN convolution / pooling / resampling primitives, weights reordered (prepacked)
+//   - oneDNN convolution / resampling primitives, weights reordered (prepacked)
 //     once; for dense 3×3 stride-1 convolutions Winograd or direct, whichever measures
 //     faster when the plan is built (Winograd runs the init module's 32-channel convs
 //     ~2.4× faster); for the first convolution an NCHW or NHWC input, likewise;
@@ -11,8 +11,9 @@
 //     adder is followed by one in-place pass doing all of them; depthwise convolutions with
 //     that pass fused (oneDNN's JIT kernel refuses large dilations on small maps), FEB's two
 //     depthwise branches and their sum (C4.3–C4.5) in one kernel; one-output-channel
-//     convolutions (oneDNN pads them to 16 channels); the attention product; concat halves
-//     written in place; the final ×4 bilinear upsampling straight into the logits, or
+//     convolutions (oneDNN pads them to 16 channels); the attention product; C3.1's max
+//     pooling with the BN + PReLU of its half fused (the pooled map is never stored); concat
+//     halves written in place (such a concat is stored in bf16 in bf16 plans); the final ×4 bilinear upsampling straight into the logits, or
 //     fused with the argmax for labels().
 // Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread
 // count; this file must be compiled with -fopenmp, or at::parallel_for runs serially).
@@ -22,7 +23,7 @@
 // convolution but the first reads bf16 activations and bf16 weights, accumulating in f32
 // (twice the multiply-accumulates per cycle of f32). A value that only bf16-capable readers
 // use (bf16 convolutions and our kernels) is stored in bf16 only; one that an f32-only
-// reader also needs (oneDNN pooling, resampling, concat; the output) stays f32, and where a
+// reader also needs (oneDNN resampling, a copying concat; the output) stays f32, and where a
 // bf16 convolution reads it, gets a bf16 copy ("shadow", written by the producer's pass, or
 // by a oneDNN reorder after a oneDNN producer). Our kernels compute in f32 whatever they
 // read. The first convolution stays f32: rounding the normalised image costs the most
@@ -43,6 +44,7 @@
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "lightseg/features.h"
 
@@ -445,6 +447,52 @@ void run_depthwise(const DepthwiseConv& c) {
   });
 }
 
+// 2×2 stride-2 max pooling in ceil mode (C3.1's pooled half), with the pass of the operation
+// that reads it fused (the BN + PReLU of that half, written into its concat half): the pooled
+// map is never stored. A window cut by the right/bottom edge takes the max of what is inside.
+struct MaxPool2x2 {
+  View src;
+  Epilogue e;  // e.dst: the pooled value, or the fused affine's output
+};
+
+template <class T>
+inline __attribute__((always_inline)) void pool_row_impl(const MaxPool2x2& c, const T* src, int64_t n, int64_t g,
+                                                         int64_t y) {
+  const int64_t OW = c.e.dst.W, IW = c.src.W;
+  const T* r0 = src + 2 * y * IW * kBlock;
+  const T* r1 = 2 * y + 1 < c.src.H ? r0 + IW * kBlock : r0;
+  v16 t[kTile];
+  for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
+    const int64_t np = std::min(kTile, OW - x0);
+    for (int64_t i = 0; i < np; ++i) {
+      const int64_t a = 2 * (x0 + i) * kBlock, b = std::min(2 * (x0 + i) + 1, IW - 1) * kBlock;
+      const v16 u0 = load(r0 + a), u1 = load(r0 + b), u2 = load(r1 + a), u3 = load(r1 + b);
+      const v16 m0 = u0 > u1 ? u0 : u1, m1 = u2 > u3 ? u2 : u3;
+      t[i] = m0 > m1 ? m0 : m1;
+    }
+    finish_tile(c.e, t, n, g, y * OW + x0, np);
+  }
+}
+
+LIGHTSEG_MULTIVERSION
+void pool_row(const MaxPool2x2& c, int64_t n, int64_t g, int64_t y) { pool_row_impl(c, c.src.block(n, g), n, g, y); }
+LIGHTSEG_MULTIVERSION
+void pool_row_bf16(const MaxPool2x2& c, int64_t n, int64_t g, int64_t y) {
+  pool_row_impl(c, c.src.blockh(n, g), n, g, y);
+}
+
+void run_pool(const MaxPool2x2& c) {
+  const int64_t blocks = round_up(c.e.dst.C) / kBlock, OH = c.e.dst.H;
+  at::parallel_for(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) {
+      if (c.src.bf16)
+        pool_row_bf16(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+      else
+        pool_row(c, i / (blocks * OH), (i / OH) % blocks, i % OH);
+    }
+  });
+}
+
 // A convolution with one output channel (C2.2/C2.4's compressions, C7.2's attention conv):
 // oneDNN pads the output to 16 channels and runs 16× the work; here each output pixel is a
 // dot product over the input blocks, then bias and activation; lanes 1..15 are written 0.
@@ -752,6 +800,18 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
       ++readers[v];
     }
   }
+  // A max pooling whose only reader is the affine right after it: one kernel for both (the
+  // pooled map is never stored); what the pooling reads stays live until then.
+  std::vector<bool> pool_fused_next(nops, false);
+  for (int i = 1; i + 1 < nops; ++i) {
+    const auto &p = f.ops[i], &a = f.ops[i + 1];
+    if (p.kind != FusedOp::Kind::MaxPool || a.kind != FusedOp::Kind::Affine || a.in[0] != p.out ||
+        readers[p.out] != 1 || !p.add.empty() || p.out == f.output)
+      continue;
+    pool_fused_next[i] = true;
+    for (int v : p.in)
+      if (last[v] == i) last[v] = i + 1;
+  }
   // Concat parts written in place by their producer's pass (block-aligned offsets).
   // (Only when every part starts on a 16-channel block; otherwise oneDNN's concat copies.)
   std::vector<int> alias_of(nv, -1);
@@ -777,6 +837,12 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
       off += f.channels[part];
     }
   }
+  // A concat whose every part is written in place by its producer (no copy, no concat step).
+  auto all_in_place = [&](int i) {
+    const auto& op = f.ops[i];
+    return op.kind == FusedOp::Kind::Concat && !unaligned[i] && op.add.empty() &&
+           std::all_of(op.in.begin(), op.in.end(), [&](int part) { return alias_of[part] == op.out; });
+  };
   // bf16 plans: the convolutions that read bf16 (dense ones, but not on the image and not
   // with one output channel: those run our kernel), the values they need a shadow of, and
   // the values something else reads in f32.
@@ -806,7 +872,9 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     for (int v : op.add) need_f32[v] = true;
     if (op.residual >= 0) need_f32[op.residual] = true;
     const bool ours = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
-                      (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op) || single_channel(op)));
+                      op.kind == FusedOp::Kind::MaxPool ||
+                      (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op) || single_channel(op))) ||
+                      (op.kind == FusedOp::Kind::Concat && all_in_place(i));
     if (!ours)
       for (int v : op.in) f32_only[v] = true;
   }
@@ -814,11 +882,19 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     const auto& op = f.ops[i];
     const int v = op.out;
     const bool writer = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
-                        (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op)));
+                        op.kind == FusedOp::Kind::MaxPool ||
+                        (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op))) ||
+                        (op.kind == FusedOp::Kind::Concat && all_in_place(i));
     store_bf16[v] = bf16 && writer && !f32_only[v] && alias_of[v] < 0;
     views_[v].bf16 = store_bf16[v];
     need_shadow[v] = conv_reader[v] && !store_bf16[v];
   }
+  // The parts of a concat stored in bf16 are written in bf16 by their producers' passes.
+  for (int v = 0; v < nv; ++v)
+    if (alias_of[v] >= 0) {
+      views_[v].bf16 = store_bf16[v] = store_bf16[alias_of[v]];
+      if (store_bf16[v]) need_shadow[v] = false;
+    }
   // Paired depthwise convolutions: op i (A) and op i + 1 (B) read the same value, same
   // output size, B adds A's result and nothing else reads A's result.
   std::vector<bool> paired_with_next(nops, false), paired_with_prev(nops, false);
@@ -1095,35 +1171,28 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
         if (op.act == Act::PReLU) e->slopes = param(op.slopes, x.C);
         e->adds = views_of(op.add);
         e->valid = valid(x.C);
+        if (i > 0 && pool_fused_next[i - 1]) {  // the max pooling before it, then this pass
+          const FusedOp& pool = f.ops[i - 1];
+          auto c = std::make_shared<MaxPool2x2>();
+          c->src = views_[pool.in[0]];
+          c->e = *e;
+          add_step(pool.name + " + " + op.name + " (max pool+pass)", [c](dnnl::stream&) { run_pool(*c); });
+          final_pass = &c->e;
+          break;
+        }
         add_epilogue(std::move(e), op.name + " (pass)");
         break;
       }
-      case FusedOp::Kind::MaxPool: {  // 2×2 stride 2, ceil mode: right/bottom padding never wins a max
+      case FusedOp::Kind::MaxPool: {  // 2×2 stride 2, ceil mode: ours, with the next affine fused
+        if (pool_fused_next[i]) break;  // built with the affine that reads it
         place(out);
-        const View& y = views_[out];
-        View py = y;
-        py.coff = 0;
-        py.ctot = y.C;
-        float* scratch = nullptr;
-        if (alias_of[out] >= 0 || !op.add.empty()) py.data = scratch = alloc(py.floats());
-        const int64_t rh = (y.H - 1) * 2 + 2 - x.H, rw = (y.W - 1) * 2 + 2 - x.W;
-        dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, x.desc(),
-                                      py.desc(), {2, 2}, {2, 2}, {0, 0}, {rh, rw});
-        dnnl::pooling_forward::primitive_desc pd(d, eng_);
-        dnnl::memory smem(x.desc(), eng_, x.data), dmem(py.desc(), eng_, py.data);
-        dnnl::pooling_forward prim(pd);
-        add_step(op.name, [prim, smem, dmem](dnnl::stream& s) {
-          prim.execute(s, {{DNNL_ARG_SRC, smem}, {DNNL_ARG_DST, dmem}});
-        });
-        if (scratch) {
-          auto e = std::make_unique<Epilogue>();
-          e->src = py;
-          e->dst = y;
-          e->adds = views_of(op.add);
-          e->valid = valid(y.C);
-          add_epilogue(std::move(e), op.name + " (pass)");
-          release(scratch, py.floats());
-        }
+        auto c = std::make_shared<MaxPool2x2>();
+        c->src = x;
+        c->e.dst = views_[out];
+        c->e.adds = views_of(op.add);
+        c->e.valid = valid(x.C);
+        add_step(op.name + " (max pool+pass)", [c](dnnl::stream&) { run_pool(*c); });
+        final_pass = &c->e;
         break;
       }
       case FusedOp::Kind::Concat: {
@@ -1248,6 +1317,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     std::vector<int> reads = op.in;
     reads.insert(reads.end(), op.add.begin(), op.add.end());
     if (op.residual >= 0) reads.push_back(op.residual);
+    if (i > 0 && pool_fused_next[i - 1]) reads.insert(reads.end(), f.ops[i - 1].in.begin(), f.ops[i - 1].in.end());
     std::sort(reads.begin(), reads.end());
     reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
     for (int v : reads) drop(v);
