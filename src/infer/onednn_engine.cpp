@@ -106,6 +106,25 @@ struct View {
   }
 };
 
+// PyTorch's bilinear source index (align_corners = false): i0, i1 and the weight of i1.
+struct Taps {
+  std::vector<int64_t> i0, i1;
+  std::vector<float> w1;
+};
+Taps taps(int64_t in, int64_t out) {
+  Taps t;
+  const float scale = static_cast<float>(in) / static_cast<float>(out);
+  for (int64_t d = 0; d < out; ++d) {
+    float s = scale * (static_cast<float>(d) + 0.5f) - 0.5f;
+    if (s < 0.f) s = 0.f;
+    int64_t a = std::min(static_cast<int64_t>(s), in - 1);
+    t.i0.push_back(a);
+    t.i1.push_back(a + (a < in - 1 ? 1 : 0));
+    t.w1.push_back(s - static_cast<float>(a));
+  }
+  return t;
+}
+
 // The per-operation pass: out = Σ add + act(x·scale + shift + residual) ⊙ mul, on blocks of
 // 16 channels. Per-channel arrays are padded to whole blocks with zeros; `valid` is 1 on real
 // channels and 0 on the padding, so padded lanes stay zero (oneDNN's blocked layouts need it).
@@ -118,6 +137,13 @@ struct Epilogue {
   const View* residual = nullptr;
   const View* mul = nullptr;  // one channel, broadcast
   std::vector<const View*> adds;  // C or one channel (broadcast)
+  // Bilinear upsamplings (align_corners = false) of smaller values with dst's channels, added
+  // like `adds`: a resize whose only use is this addition is never stored (C1.9's ×2 of X3).
+  struct Upsampled {
+    const View* src;
+    Taps th, tw;
+  };
+  std::vector<Upsampled> upsampled;
   const float* valid = nullptr;
   uint16_t* shadow = nullptr;  // bf16 copy of an f32 dst (its own nChw16c buffer), when a bf16 conv reads it
   bool write_dst = true;       // false: only the shadow is read later
@@ -170,6 +196,25 @@ inline __attribute__((always_inline)) void accumulate(v16* t, const T* q, int64_
     for (int64_t i = 0; i < np; ++i) t[i] += load(q + i * kBlock);
 }
 
+// t[i] += the bilinear upsampling of u.src at pixel p + i of a W-wide map (block base `base`).
+template <class T>
+inline __attribute__((always_inline)) void add_upsampled(const Epilogue::Upsampled& u, const T* base, v16* t,
+                                                         int64_t p, int64_t np, int64_t W) {
+  const int64_t sw = u.src->W;
+  int64_t y = p / W, x = p % W;
+  for (int64_t i = 0; i < np; ++i) {
+    const float wy1 = u.th.w1[y], wy0 = 1.f - wy1, wx1 = u.tw.w1[x], wx0 = 1.f - wx1;
+    const T* r0 = base + u.th.i0[y] * sw * kBlock;
+    const T* r1 = base + u.th.i1[y] * sw * kBlock;
+    const int64_t a = u.tw.i0[x] * kBlock, b = u.tw.i1[x] * kBlock;
+    t[i] += wy0 * (wx0 * load(r0 + a) + wx1 * load(r0 + b)) + wy1 * (wx0 * load(r1 + a) + wx1 * load(r1 + b));
+    if (++x == W) {
+      x = 0;
+      ++y;
+    }
+  }
+}
+
 // The activation of an epilogue on a tile of block g.
 inline __attribute__((always_inline)) void activate(const Epilogue& e, v16* t, int64_t g, int64_t np) {
   if (e.act == Act::PReLU) {
@@ -214,6 +259,12 @@ void finish_tile(const Epilogue& e, v16* t, int64_t n, int64_t g, int64_t p, int
       accumulate(t, a->blockh(n, ga) + p * kBlock, np, a->C == 1);
     else
       accumulate(t, a->block(n, ga) + p * kBlock, np, a->C == 1);
+  }
+  for (const auto& u : e.upsampled) {
+    if (u.src->bf16)
+      add_upsampled(u, u.src->blockh(n, g), t, p, np, e.dst.W);
+    else
+      add_upsampled(u, u.src->block(n, g), t, p, np, e.dst.W);
   }
   if (extra)  // a tile computed alongside (paired depthwise convolutions)
     for (int64_t i = 0; i < np; ++i) t[i] += extra[i];
@@ -608,25 +659,6 @@ void run_normalize(const float* x, const View& out, const float* scale, const fl
   });
 }
 
-// PyTorch's bilinear source index (align_corners = false): i0, i1 and the weight of i1.
-struct Taps {
-  std::vector<int64_t> i0, i1;
-  std::vector<float> w1;
-};
-Taps taps(int64_t in, int64_t out) {
-  Taps t;
-  const float scale = static_cast<float>(in) / static_cast<float>(out);
-  for (int64_t d = 0; d < out; ++d) {
-    float s = scale * (static_cast<float>(d) + 0.5f) - 0.5f;
-    if (s < 0.f) s = 0.f;
-    int64_t a = std::min(static_cast<int64_t>(s), in - 1);
-    t.i0.push_back(a);
-    t.i1.push_back(a + (a < in - 1 ? 1 : 0));
-    t.w1.push_back(s - static_cast<float>(a));
-  }
-  return t;
-}
-
 // Final bilinear resize, blocked value → N×K×H×W logits in channels_last (NHWC) memory.
 struct OutputResize {
   View src;
@@ -812,6 +844,22 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     for (int v : p.in)
       if (last[v] == i) last[v] = i + 1;
   }
+  // A bilinear resize whose only use is as an addition of a MulAdd (C6.1's X3, the ×2 of
+  // C1.9): added on the fly by that MulAdd's pass from the small map, never stored.
+  std::vector<int> upsampled_src(nv, -1);  // per folded resize output: the value it resizes
+  std::vector<bool> resize_folded(nops, false);
+  for (int i = 1; i < nops; ++i) {
+    const auto& op = f.ops[i];
+    if (op.kind != FusedOp::Kind::Resize || op.out == f.output || !op.add.empty() || readers[op.out] != 1) continue;
+    const int j = last[op.out];
+    const auto& r = f.ops[j];
+    if (r.kind != FusedOp::Kind::MulAdd || std::count(r.add.begin(), r.add.end(), op.out) != 1 ||
+        std::count(r.in.begin(), r.in.end(), op.out) != 0 || f.channels[op.in[0]] != f.channels[r.out])
+      continue;
+    resize_folded[i] = true;
+    upsampled_src[op.out] = op.in[0];
+    last[op.in[0]] = std::max(last[op.in[0]], j);
+  }
   // Concat parts written in place by their producer's pass (block-aligned offsets).
   // (Only when every part starts on a 16-channel block; otherwise oneDNN's concat copies.)
   std::vector<int> alias_of(nv, -1);
@@ -872,7 +920,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     for (int v : op.add) need_f32[v] = true;
     if (op.residual >= 0) need_f32[op.residual] = true;
     const bool ours = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
-                      op.kind == FusedOp::Kind::MaxPool ||
+                      op.kind == FusedOp::Kind::MaxPool || (op.kind == FusedOp::Kind::Resize && resize_folded[i]) ||
                       (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op) || single_channel(op))) ||
                       (op.kind == FusedOp::Kind::Concat && all_in_place(i));
     if (!ours)
@@ -1233,6 +1281,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
         break;
       }
       case FusedOp::Kind::Resize: {
+        if (resize_folded[i]) break;  // added by its reader's pass
         if (out == f.output) {  // straight into the caller's logits (channels_last)
           if (!op.add.empty()) throw std::logic_error("onednn: additions on the output resize");
           auto r = std::make_shared<OutputResize>();
@@ -1287,7 +1336,14 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
         e->dst = views_[out];
         e->mul = &views_[op.in[1]];
         if (e->mul->C != 1) throw std::logic_error("onednn: MulAdd expects a one-channel multiplier");
-        e->adds = views_of(op.add);
+        for (int v : op.add) {
+          if (upsampled_src[v] < 0) {
+            e->adds.push_back(&views_[v]);
+            continue;
+          }
+          const View& s = views_[upsampled_src[v]];
+          e->upsampled.push_back({&s, taps(s.H, views_[out].H), taps(s.W, views_[out].W)});
+        }
         e->valid = valid(x.C);
         add_epilogue(std::move(e), op.name + " (pass)");
         break;
@@ -1318,6 +1374,8 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     reads.insert(reads.end(), op.add.begin(), op.add.end());
     if (op.residual >= 0) reads.push_back(op.residual);
     if (i > 0 && pool_fused_next[i - 1]) reads.insert(reads.end(), f.ops[i - 1].in.begin(), f.ops[i - 1].in.end());
+    for (int v : op.add)
+      if (upsampled_src[v] >= 0) reads.push_back(upsampled_src[v]);
     std::sort(reads.begin(), reads.end());
     reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
     for (int v : reads) drop(v);
