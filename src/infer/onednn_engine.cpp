@@ -47,6 +47,7 @@
 #include <new>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -348,6 +349,44 @@ void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t n
   finish_tile(e, t, n, g, p, np);
 }
 
+// finish_tile for the depthwise kernels' usual epilogue in bf16 plans (PReLU or none, then
+// additions of bf16 values of the same channels and an `extra` tile, into a bf16 value), one
+// loop with each vector in a register. Whole channel blocks only.
+bool depthwise_finish_fits(const Epilogue& e) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  return e.write_dst && e.dst.bf16 && !e.shadow && (e.act == Act::PReLU || e.act == Act::None) && !e.scale &&
+         !e.residual && !e.mul && e.upsampled.empty() && e.adds.size() <= 2 && e.dst.C % kBlock == 0 &&
+         std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->bf16 && a->C == e.dst.C; });
+#else
+  (void)e;
+  return false;
+#endif
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f,avx512bf16"), noinline)) void depthwise_finish(const Epilogue& e, const v16* t,
+                                                                              int64_t n, int64_t g, int64_t p,
+                                                                              int64_t np, const v16* extra) {
+  const uint16_t* a0 = e.adds.size() > 0 ? e.adds[0]->blockh(n, g) + p * kBlock : nullptr;
+  const uint16_t* a1 = e.adds.size() > 1 ? e.adds[1]->blockh(n, g) + p * kBlock : nullptr;
+  uint16_t* d = e.dst.blockh(n, g) + p * kBlock;
+  const bool prelu = e.act == Act::PReLU;
+  const __m512 slope = prelu ? _mm512_loadu_ps(e.slopes + g * kBlock) : _mm512_set1_ps(1.f);
+  for (int64_t i = 0; i < np; ++i) {
+    __m512 x = reinterpret_cast<const __m512*>(t)[i];
+    x = _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x, slope);
+    v16 v = reinterpret_cast<const v16&>(x);
+    if (a0) v += in_load(a0 + i * kBlock);
+    if (a1) v += in_load(a1 + i * kBlock);
+    if (extra) v += extra[i];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i * kBlock),
+                        (__m256i)_mm512_cvtneps_pbh(reinterpret_cast<const __m512&>(v)));
+  }
+}
+#else
+void depthwise_finish(const Epilogue&, const v16*, int64_t, int64_t, int64_t, int64_t, const v16*) {}
+#endif
+
 // Depthwise k×k convolution (any stride, dilation, padding) on blocks of 16 channels with the
 // epilogue fused: oneDNN 2.6's JIT depthwise kernels refuse large dilations on small maps
 // (its reference kernel is ~500× slower) and cannot fuse PReLU.
@@ -474,11 +513,15 @@ inline __attribute__((always_inline)) void depthwise_row_impl(const DepthwiseCon
                                                               int64_t g, int64_t y) {
   const int64_t OW = c.e.dst.W;
   const DwRow<T> r = dw_row(c, src, g, y);
+  const bool fast = std::is_same<T, uint16_t>::value && depthwise_finish_fits(c.e);
   v16 t[kTile];
   for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
     const int64_t np = std::min(kTile, OW - x0);
     dw_tile(c, r, x0, np, t);
-    finish_tile(c.e, t, n, g, y * OW + x0, np);
+    if (fast)
+      depthwise_finish(c.e, t, n, g, y * OW + x0, np, nullptr);
+    else
+      finish_tile(c.e, t, n, g, y * OW + x0, np);
   }
 }
 
@@ -494,13 +537,17 @@ inline __attribute__((always_inline)) void paired_row_impl(const PairedDepthwise
                                                            int64_t g, int64_t y) {
   const int64_t OW = c.b.e.dst.W;
   const DwRow<T> ra = dw_row(c.a, src, g, y), rb = dw_row(c.b, src, g, y);
+  const bool fast = std::is_same<T, uint16_t>::value && depthwise_finish_fits(c.b.e);
   v16 ta[kTile], t[kTile];
   for (int64_t x0 = 0; x0 < OW; x0 += kTile) {
     const int64_t np = std::min(kTile, OW - x0);
     dw_tile(c.a, ra, x0, np, ta);
     activate(c.a.e, ta, g, np);
     dw_tile(c.b, rb, x0, np, t);
-    finish_tile(c.b.e, t, n, g, y * OW + x0, np, ta);
+    if (fast)
+      depthwise_finish(c.b.e, t, n, g, y * OW + x0, np, ta);
+    else
+      finish_tile(c.b.e, t, n, g, y * OW + x0, np, ta);
   }
 }
 
