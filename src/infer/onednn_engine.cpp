@@ -717,27 +717,46 @@ void run_single_channel(const SingleChannelConv& c) {
   });
 }
 
-// The most common pass of bf16 plans, PReLU(x [+ residual]) into a bf16 value (or only its
-// bf16 copy), as one loop with each vector in a register from load to store, instead of one
-// loop per step over a tile in L1. Whole channel blocks only.
+// The most common passes of bf16 plans, PReLU(x [+ residual]) [+ additions] into a bf16 value
+// (or only its bf16 copy), as one loop with each vector in a register from load to store,
+// instead of one loop per step over a tile in L1. Whole channel blocks only; additions of
+// bf16 values with the same channels or of one-channel values (broadcast, C1.4/C1.6's adders).
 #if defined(__GNUC__) && defined(__x86_64__)
 bool prelu_pass_fits(const Epilogue& e) {
   const bool out_bf16 = e.write_dst ? e.dst.bf16 && !e.shadow : e.shadow != nullptr;
-  return out_bf16 && e.act == Act::PReLU && !e.scale && !e.mul && e.adds.empty() && e.upsampled.empty() &&
-         e.dst.C % kBlock == 0 && e.src.fmt == View::Fmt::Blocked && (!e.residual || e.residual->bf16);
+  return out_bf16 && e.act == Act::PReLU && !e.scale && !e.mul && e.adds.size() <= 2 && e.upsampled.empty() &&
+         e.dst.C % kBlock == 0 && e.src.fmt == View::Fmt::Blocked && (!e.residual || e.residual->bf16) &&
+         std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->C == 1 || (a->bf16 && a->C == e.dst.C); });
+}
+
+// One addition, per vector i: a bf16 vector or a broadcast lane 0.
+struct AddSrc {
+  const void* p = nullptr;
+  int kind = 0;  // 0: none, 1: bf16 vector, 2: broadcast f32, 3: broadcast bf16
+};
+
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline v16 add_one(v16 v, const AddSrc& a, int64_t i) {
+  switch (a.kind) {
+    case 1: return v + in_load(static_cast<const uint16_t*>(a.p) + i * kBlock);
+    case 2: return v + static_cast<const float*>(a.p)[i * kBlock];
+    case 3: return v + scalar(static_cast<const uint16_t*>(a.p) + i * kBlock);
+    default: return v;
+  }
 }
 
 template <class T, bool Residual>
 __attribute__((target("avx512f,avx512bf16"), always_inline)) inline void prelu_run(const T* s, const uint16_t* r,
-                                                                                   uint16_t* d, __m512 slope,
-                                                                                   int64_t np) {
+                                                                                   const AddSrc* adds, uint16_t* d,
+                                                                                   __m512 slope, int64_t np) {
   for (int64_t i = 0; i < np; ++i) {
     v16 v = in_load(s + i * kBlock);
     if (Residual) v += in_load(r + i * kBlock);
-    const __m512 x = reinterpret_cast<const __m512&>(v);
-    const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    __m512 x = reinterpret_cast<const __m512&>(v);
+    x = _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x, slope);
+    v = reinterpret_cast<const v16&>(x);
+    v = add_one(add_one(v, adds[0], i), adds[1], i);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i * kBlock),
-                        (__m256i)_mm512_cvtneps_pbh(_mm512_mask_mul_ps(x, neg, x, slope)));
+                        (__m256i)_mm512_cvtneps_pbh(reinterpret_cast<const __m512&>(v)));
   }
 }
 
@@ -747,16 +766,24 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) void prelu_pass_tile(con
                             : e.shadow + ((n * (e.dst.C / kBlock) + g) * e.dst.pixels() + p) * kBlock;
   const __m512 slope = _mm512_loadu_ps(e.slopes + g * kBlock);
   const uint16_t* r = e.residual ? e.residual->blockh(n, g) + p * kBlock : nullptr;
+  AddSrc adds[2];
+  for (size_t k = 0; k < e.adds.size(); ++k) {
+    const View& a = *e.adds[k];
+    const int64_t ga = a.C == 1 ? 0 : g;
+    adds[k].p = a.bf16 ? static_cast<const void*>(a.blockh(n, ga) + p * kBlock)
+                       : static_cast<const void*>(a.block(n, ga) + p * kBlock);
+    adds[k].kind = a.C != 1 ? 1 : a.bf16 ? 3 : 2;
+  }
   if (e.src.bf16) {
     if (r)
-      prelu_run<uint16_t, true>(e.src.blockh(n, g) + p * kBlock, r, d, slope, np);
+      prelu_run<uint16_t, true>(e.src.blockh(n, g) + p * kBlock, r, adds, d, slope, np);
     else
-      prelu_run<uint16_t, false>(e.src.blockh(n, g) + p * kBlock, r, d, slope, np);
+      prelu_run<uint16_t, false>(e.src.blockh(n, g) + p * kBlock, r, adds, d, slope, np);
   } else {
     if (r)
-      prelu_run<float, true>(e.src.block(n, g) + p * kBlock, r, d, slope, np);
+      prelu_run<float, true>(e.src.block(n, g) + p * kBlock, r, adds, d, slope, np);
     else
-      prelu_run<float, false>(e.src.block(n, g) + p * kBlock, r, d, slope, np);
+      prelu_run<float, false>(e.src.block(n, g) + p * kBlock, r, adds, d, slope, np);
   }
 }
 #else
