@@ -402,24 +402,67 @@ inline __attribute__((always_inline)) void out_bf16(uint16_t* d, v16 v) {
 
 bool register_epilogue_fits(const Epilogue& e) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512 || (e.act != Act::PReLU && e.act != Act::None) || e.scale || e.mul || !e.upsampled.empty() ||
-      e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
+  if (!avx512 || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
+      e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
       (e.residual && e.residual->C != e.dst.C))
     return false;
-  return std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->C == 1 || a->C == e.dst.C; });
+  return std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->C == 1 || a->C == e.dst.C; }) &&
+         std::all_of(e.upsampled.begin(), e.upsampled.end(), [&](const auto& u) { return u.src->C == e.dst.C; });
 }
 
 // M vectors from vector i0 on, in registers from their loads to their stores.
-template <int M, class S>
+// The bilinear upsampling (Epilogue::Upsampled) added to M vectors: pixel (y, x) onwards of a
+// W-wide map, block g of image n.
+struct UpsampledAt {
+  const Epilogue::Upsampled* u = nullptr;
+  int64_t n = 0, g = 0, W = 0;
+  int64_t p = 0;  // the chunk's first pixel
+};
+template <int M, class T>
+inline __attribute__((always_inline)) void add_upsampled_chunk(v16* v, const UpsampledAt& a, const T* base) {
+  const auto& u = *a.u;
+  const int64_t sw = u.src->W;
+  int64_t y = a.p / a.W, x = a.p % a.W;
+  for (int j = 0; j < M; ++j) {
+    const float wy1 = u.th.w1[y], wy0 = 1.f - wy1, wx1 = u.tw.w1[x], wx0 = 1.f - wx1;
+    const T* r0 = base + u.th.i0[y] * sw * kBlock;
+    const T* r1 = base + u.th.i1[y] * sw * kBlock;
+    const int64_t i0 = u.tw.i0[x] * kBlock, i1 = u.tw.i1[x] * kBlock;
+    v[j] += wy0 * (wx0 * in_load(r0 + i0) + wx1 * in_load(r0 + i1)) + wy1 * (wx0 * in_load(r1 + i0) + wx1 * in_load(r1 + i1));
+    if (++x == a.W) {
+      x = 0;
+      ++y;
+    }
+  }
+}
+
+template <int M, bool Full, class S>
 inline __attribute__((always_inline)) void register_chunk(const S* s, int64_t i0, const Operand& res,
-                                                          const Operand& a0, const Operand& a1, v16 slope,
-                                                          const v16* extra, float* d32, uint16_t* d16, uint16_t* h) {
+                                                          const Operand& mul, const Operand& a0, const Operand& a1,
+                                                          const UpsampledAt& up, v16 slope, const v16* extra,
+                                                          float* d32, uint16_t* d16, uint16_t* h) {
   v16 v[M];
   for (int j = 0; j < M; ++j) v[j] = fetch(s, i0 + j);
   add_operand<M>(v, res, i0);
   for (int j = 0; j < M; ++j) v[j] = v[j] < 0.f ? v[j] * slope : v[j];
+  if constexpr (Full) {  // the product and the upsampled addition (C6.1's fusion): its own instance
+    if (mul.kind == 3)
+      for (int j = 0; j < M; ++j) v[j] *= static_cast<const float*>(mul.p)[(i0 + j) * kBlock];
+    else if (mul.kind == 4)
+      for (int j = 0; j < M; ++j) v[j] *= scalar(static_cast<const uint16_t*>(mul.p) + (i0 + j) * kBlock);
+  }
   add_operand<M>(v, a0, i0);
   add_operand<M>(v, a1, i0);
+  if constexpr (Full) {
+    if (up.u) {
+      UpsampledAt at = up;
+      at.p += i0;
+      if (up.u->src->bf16)
+        add_upsampled_chunk<M>(v, at, up.u->src->blockh(up.n, up.g));
+      else
+        add_upsampled_chunk<M>(v, at, up.u->src->block(up.n, up.g));
+    }
+  }
   if (extra)
     for (int j = 0; j < M; ++j) v[j] += extra[i0 + j];
   if (d32)
@@ -439,13 +482,21 @@ __attribute__((target("avx512f"), noinline)) void register_epilogue(const Epilog
   const Operand res = operand(e.residual, n, g, p);
   const Operand a0 = operand(e.adds.size() > 0 ? e.adds[0] : nullptr, n, g, p);
   const Operand a1 = operand(e.adds.size() > 1 ? e.adds[1] : nullptr, n, g, p);
+  const Operand mul = operand(e.mul, n, g, p);
+  UpsampledAt up;
+  if (!e.upsampled.empty()) up = {&e.upsampled[0], n, g, e.dst.W, p};
   uint16_t* d16 = e.write_dst && e.dst.bf16 ? e.dst.blockh(n, g) + p * kBlock : nullptr;
   float* d32 = e.write_dst && !e.dst.bf16 ? e.dst.block(n, g) + p * kBlock : nullptr;
   uint16_t* h = e.shadow ? e.shadow + ((n * (e.dst.C / kBlock) + g) * e.dst.pixels() + p) * kBlock : nullptr;
   const v16 slope = e.act == Act::PReLU ? load(e.slopes + g * kBlock) : v16{} + 1.f;
   int64_t i = 0;
-  for (; i + 8 <= np; i += 8) register_chunk<8>(s, i, res, a0, a1, slope, extra, d32, d16, h);
-  for (; i < np; ++i) register_chunk<1>(s, i, res, a0, a1, slope, extra, d32, d16, h);
+  if (e.mul || up.u) {
+    for (; i + 8 <= np; i += 8) register_chunk<8, true>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
+    for (; i < np; ++i) register_chunk<1, true>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
+  } else {
+    for (; i + 8 <= np; i += 8) register_chunk<8, false>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
+    for (; i < np; ++i) register_chunk<1, false>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
+  }
 }
 #else
 bool register_epilogue_fits(const Epilogue&) { return false; }
