@@ -8,7 +8,9 @@
 //     (most recently freed first: still in cache) and kept between calls;
 //   - our own kernels for what oneDNN 2.6 cannot do well: PReLU (its PReLU post-op falls
 //     back to the reference kernel), so a convolution that needs PReLU, a residual or an
-//     adder is followed by one in-place pass doing all of them; depthwise convolutions with
+//     adder is followed by one in-place pass doing all of them (as a "register epilogue":
+//     eight vectors at a time in registers from their loads to their stores; the depthwise
+//     kernels end the same way); depthwise convolutions with
 //     that pass fused (oneDNN's JIT kernel refuses large dilations on small maps), FEB's two
 //     depthwise branches and their sum (C4.3–C4.5) in one kernel; one-output-channel
 //     convolutions (oneDNN pads them to 16 channels); the attention product; C3.1's max
