@@ -6,6 +6,7 @@
 #include "lightseg/image_io.h"
 #include "lightseg/transforms.h"
 #include "lightseg/weights.h"
+#include "infer/onednn_engine.h"
 #include "test_paths.h"
 
 using namespace lightseg;
@@ -298,6 +299,41 @@ TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
       EXPECT_LT(d, 0.02 * scale);
       // and it is not float32 in disguise: bf16 rounding shows in the logits
       EXPECT_GT(max_diff(got, f32->logits(x)), 1e-5);
+    }
+  }
+}
+
+TEST(Engine, PortableKernelsMatchTheAvx512Ones) {
+  // The register epilogues and the packed logits have a portable twin (finish_tile, one store
+  // per pixel) that CPUs without AVX-512 run: both give the same logits, in fp32 and bf16,
+  // for the default network (11 classes: packed logits), 19 classes (two blocks), odd sizes.
+  if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+#if defined(__GNUC__) && defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512 here: only the portable kernels run";
+#endif
+  NetworkConfig odd;
+  odd.c0 = 20;
+  odd.num_classes = 19;
+  for (const auto& cfg : {NetworkConfig{}, odd}) {
+    auto net = random_net(cfg, 5);
+    ModelMeta meta = ModelMeta::generic(cfg.num_classes);
+    const auto f = fuse_network(net, meta);
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !onednn_bf16_available()) continue;
+      auto engine = make_onednn_engine(f, bf16);
+      for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {64, 128}, {65, 33}}) {
+        auto x = images(1, h, w);
+        onednn_use_avx512_kernels(true);
+        auto fast = engine->logits(x).clone();
+        onednn_use_avx512_kernels(false);
+        auto portable = engine->logits(x).clone();
+        onednn_use_avx512_kernels(true);
+        const double d = max_diff(fast, portable);
+        std::printf("  %s classes=%d %4lldx%-4lld max |logit diff| %.2e\n", bf16 ? "bf16" : "fp32", cfg.num_classes,
+                    static_cast<long long>(h), static_cast<long long>(w), d);
+        EXPECT_LT(d, bf16 ? 1e-3 : 1e-6) << h << "x" << w;
+        EXPECT_GE(agreement(fast, portable), 0.9999);
+      }
     }
   }
 }

@@ -39,6 +39,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -64,6 +65,7 @@ namespace lightseg {
 
 bool onednn_available() { return false; }
 bool onednn_bf16_available() { return false; }
+void onednn_use_avx512_kernels(bool) {}
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
@@ -71,6 +73,10 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool) {
 #else
 
 bool onednn_available() { return true; }
+namespace {
+std::atomic<bool> g_avx512_kernels{true};
+}
+void onednn_use_avx512_kernels(bool on) { g_avx512_kernels.store(on, std::memory_order_relaxed); }
 bool onednn_bf16_available() {
   const auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
@@ -404,7 +410,7 @@ inline __attribute__((always_inline)) void out_bf16(uint16_t* d, v16 v) {
 
 bool register_epilogue_fits(const Epilogue& e) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512 || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
+  if (!avx512 || !g_avx512_kernels.load(std::memory_order_relaxed) || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
       e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
       (e.residual && e.residual->C != e.dst.C))
     return false;
@@ -1016,7 +1022,7 @@ __attribute__((target("avx512f"))) void output_row_packed(const OutputResize& r,
 void run_output_resize(const OutputResize& r, float* out) {
 #if defined(__GNUC__) && defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && r.src.C >= 8 && r.src.C < kBlock) {
+  if (avx512 && g_avx512_kernels.load(std::memory_order_relaxed) && r.src.C >= 8 && r.src.C < kBlock) {
     const OutputPack q = output_pack(r.src.C);
     at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) output_row_packed(r, q, out, i / r.H, i % r.H);

@@ -15,5 +15,9 @@ bool onednn_bf16_available();
 // Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
 // accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument).
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false);
+// Where a kernel has an AVX-512 form and a portable one (the register epilogues, the packed
+// logits), false makes every plan use the portable form from the next call on; for tests,
+// so that the path CPUs without AVX-512 take stays checked on machines with it. Default true.
+void onednn_use_avx512_kernels(bool on);
 
 }  // namespace lightseg
