@@ -44,6 +44,18 @@ void engine_bench(benchmark::State& state, const EngineOptions& o) {
   state.counters["GMAC/s"] = benchmark::Counter(macs * n / 1e9 * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+// Labels (what `segment` and `serve` ask for): the engine's labels(), where the oneDNN backend
+// fuses the final ×4 upsampling with the argmax instead of writing the full-size logits.
+void labels_bench(benchmark::State& state, const EngineOptions& o) {
+  const int64_t h = state.range(0), w = state.range(1);
+  auto engine = make_engine(model().net, model().meta, o);
+  torch::manual_seed(1);
+  auto x = torch::rand({1, 3, h, w}) * 255;
+  for (int i = 0; i < 3; ++i) engine->labels(x);
+  for (auto _ : state) benchmark::DoNotOptimize(engine->labels(x));
+  state.SetItemsProcessed(state.iterations());
+}
+
 void register_engines() {
   std::vector<EngineOptions> all;
   for (const auto& backend : available_backends()) {
@@ -64,6 +76,8 @@ void register_engines() {
     auto* b = benchmark::RegisterBenchmark(("Engine/" + name).c_str(), engine_bench, o);
     b->Args({360, 480, 1})->Args({512, 1024, 1})->Args({360, 480, 4})->ArgNames({"H", "W", "N"});
     b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+    auto* l = benchmark::RegisterBenchmark(("Labels/" + name).c_str(), labels_bench, o);
+    l->Args({360, 480})->ArgNames({"H", "W"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
   }
 }
 
