@@ -304,8 +304,9 @@ TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
 }
 
 TEST(Engine, PortableKernelsMatchTheAvx512Ones) {
-  // The register epilogues and the packed logits have a portable twin (finish_tile, one store
-  // per pixel) that CPUs without AVX-512 run: both give the same logits, in fp32 and bf16,
+  // The register epilogues, the packed logits and the vector argmax have a portable twin
+  // (finish_tile, one store per pixel, the scalar argmax) that CPUs without AVX-512 run: both
+  // give the same logits and labels, in fp32 and bf16,
   // for the default network (11 classes: packed logits), 19 classes (two blocks), odd sizes.
   if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -325,9 +326,12 @@ TEST(Engine, PortableKernelsMatchTheAvx512Ones) {
         auto x = images(1, h, w);
         onednn_use_avx512_kernels(true);
         auto fast = engine->logits(x).clone();
+        auto fast_labels = engine->labels(x);
         onednn_use_avx512_kernels(false);
         auto portable = engine->logits(x).clone();
+        auto portable_labels = engine->labels(x);
         onednn_use_avx512_kernels(true);
+        EXPECT_TRUE(torch::equal(fast_labels, portable_labels)) << h << "x" << w;
         const double d = max_diff(fast, portable);
         std::printf("  %s classes=%d %4lldx%-4lld max |logit diff| %.2e\n", bf16 ? "bf16" : "fp32", cfg.num_classes,
                     static_cast<long long>(h), static_cast<long long>(w), d);

@@ -46,6 +46,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <new>
 #include <stdexcept>
@@ -928,7 +929,37 @@ void label_row(const OutputResize& r, int64_t* out, int64_t n, int64_t y) {
   }
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+// One block of classes (K ≤ 16) with AVX-512: the argmax of a pixel as a vector max, a compare
+// and the lowest set bit (the first maximum, as the scalar loop and torch::argmax).
+__attribute__((target("avx512f"))) void label_row_avx512(const OutputResize& r, int64_t* out, int64_t n, int64_t y) {
+  const int64_t K = r.src.C, sw = r.src.W;
+  const float wy1 = r.th.w1[y], wy0 = 1.f - wy1;
+  int64_t* o = out + (n * r.H + y) * r.W;
+  const float* base = r.src.block(n, 0);
+  const float* row0 = base + r.th.i0[y] * sw * kBlock;
+  const float* row1 = base + r.th.i1[y] * sw * kBlock;
+  const __mmask16 valid = static_cast<__mmask16>(K >= kBlock ? 0xffffu : (1u << K) - 1);
+  const __m512 low = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t x = 0; x < r.W; ++x) {
+    const v16 v = interpolate(r, row0, row1, wy0, wy1, x);
+    const __m512 z = _mm512_mask_blend_ps(valid, low, reinterpret_cast<const __m512&>(v));
+    const __mmask16 at = _mm512_mask_cmp_ps_mask(valid, z, _mm512_set1_ps(_mm512_reduce_max_ps(z)), _CMP_EQ_OQ);
+    o[x] = at ? __builtin_ctz(at) : 0;
+  }
+}
+#endif
+
 void run_labels(const OutputResize& r, int64_t* out) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 && g_avx512_kernels.load(std::memory_order_relaxed) && r.src.C <= kBlock) {
+    at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) label_row_avx512(r, out, i / r.H, i % r.H);
+    });
+    return;
+  }
+#endif
   at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) label_row(r, out, i / r.H, i % r.H);
   });
