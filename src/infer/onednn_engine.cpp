@@ -15,8 +15,8 @@
 //     depthwise branches and their sum (C4.3–C4.5) in one kernel; one-output-channel
 //     convolutions (oneDNN pads them to 16 channels); the attention product; C3.1's max
 //     pooling with the BN + PReLU of its half fused (the pooled map is never stored); concat
-//     halves written in place (such a concat is stored in bf16 in bf16 plans); the final ×4 bilinear upsampling straight into the logits, or
-//     fused with the argmax for labels().
+//     halves written in place (such a concat is stored in bf16 in bf16 plans); the final ×4
+//     bilinear upsampling straight into the logits, or fused with the argmax for labels().
 // Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread
 // count; this file must be compiled with -fopenmp, or at::parallel_for runs serially).
 // LIGHTSEG_PROFILE=1 prints the mean time of every step when a plan is destroyed.
@@ -357,12 +357,14 @@ void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t n
   finish_tile(e, t, n, g, p, np);
 }
 
-// Register epilogues: the usual epilogue, act(x + residual) + additions (+ a paired tile) with
-// PReLU or no activation, into f32 and/or bf16 (the value and/or its bf16 copy), as one loop
-// that keeps each vector in a register from its loads to its stores, instead of finish_tile's
-// one loop per step over a tile in L1. Measured (bf16, 360x480, alternated): the passes after
-// oneDNN convolutions 2.4 -> 1.3 ms, the depthwise kernels ~10 % faster. AVX-512 (x86-64
-// GCC/Clang) and whole channel blocks only; everything else takes finish_tile.
+// Register epilogues: the usual epilogue, act(x + residual) [⊙ m] + additions [+ an upsampled
+// value] (+ a paired tile) with PReLU or no activation, into f32 and/or bf16 (the value and/or
+// its bf16 copy), eight vectors at a time kept in registers from their loads to their stores,
+// instead of finish_tile's one loop per step over a tile in L1. Measured (360x480, alternated):
+// the passes after oneDNN convolutions 2.4 -> 1.3 ms in bf16, the depthwise kernels ~10 %
+// faster, all our kernels 6.5 -> 4.9 ms in fp32. AVX-512 (x86-64 GCC/Clang) and whole channel
+// blocks only; everything else, and every CPU without AVX-512, takes finish_tile (the same
+// arithmetic in the same order: tests/test_engine.cpp compares them).
 #if defined(__GNUC__) && defined(__x86_64__)
 // One addition: a vector per pixel (bf16 or f32) or a one-channel value's lane 0, broadcast.
 struct Operand {
@@ -411,16 +413,15 @@ inline __attribute__((always_inline)) void out_bf16(uint16_t* d, v16 v) {
 
 bool register_epilogue_fits(const Epilogue& e) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512 || !g_avx512_kernels.load(std::memory_order_relaxed) || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
-      e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
-      (e.residual && e.residual->C != e.dst.C))
+  if (!avx512 || !g_avx512_kernels.load(std::memory_order_relaxed) || (e.act != Act::PReLU && e.act != Act::None) ||
+      e.scale || (e.mul && e.mul->C != 1) || e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 ||
+      (!e.write_dst && !e.shadow) || (e.residual && e.residual->C != e.dst.C))
     return false;
   return std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->C == 1 || a->C == e.dst.C; }) &&
          std::all_of(e.upsampled.begin(), e.upsampled.end(), [&](const auto& u) { return u.src->C == e.dst.C; });
 }
 
-// M vectors from vector i0 on, in registers from their loads to their stores.
-// The bilinear upsampling (Epilogue::Upsampled) added to M vectors: pixel (y, x) onwards of a
+// The bilinear upsampling (Epilogue::Upsampled) added to M vectors: pixels p, p + 1, ... of a
 // W-wide map, block g of image n.
 struct UpsampledAt {
   const Epilogue::Upsampled* u = nullptr;
@@ -437,7 +438,8 @@ inline __attribute__((always_inline)) void add_upsampled_chunk(v16* v, const Ups
     const T* r0 = base + u.th.i0[y] * sw * kBlock;
     const T* r1 = base + u.th.i1[y] * sw * kBlock;
     const int64_t i0 = u.tw.i0[x] * kBlock, i1 = u.tw.i1[x] * kBlock;
-    v[j] += wy0 * (wx0 * in_load(r0 + i0) + wx1 * in_load(r0 + i1)) + wy1 * (wx0 * in_load(r1 + i0) + wx1 * in_load(r1 + i1));
+    v[j] += wy0 * (wx0 * in_load(r0 + i0) + wx1 * in_load(r0 + i1)) +
+            wy1 * (wx0 * in_load(r1 + i0) + wx1 * in_load(r1 + i1));
     if (++x == a.W) {
       x = 0;
       ++y;
@@ -445,6 +447,8 @@ inline __attribute__((always_inline)) void add_upsampled_chunk(v16* v, const Ups
   }
 }
 
+// M vectors from vector i0 on, in registers from their loads to their stores (Full: with the
+// product and the upsampled addition, C6.1's fusion; its own instance keeps the others lean).
 template <int M, bool Full, class S>
 inline __attribute__((always_inline)) void register_chunk(const S* s, int64_t i0, const Operand& res,
                                                           const Operand& mul, const Operand& a0, const Operand& a1,
@@ -454,7 +458,7 @@ inline __attribute__((always_inline)) void register_chunk(const S* s, int64_t i0
   for (int j = 0; j < M; ++j) v[j] = fetch(s, i0 + j);
   add_operand<M>(v, res, i0);
   for (int j = 0; j < M; ++j) v[j] = v[j] < 0.f ? v[j] * slope : v[j];
-  if constexpr (Full) {  // the product and the upsampled addition (C6.1's fusion): its own instance
+  if constexpr (Full) {
     if (mul.kind == 3)
       for (int j = 0; j < M; ++j) v[j] *= static_cast<const float*>(mul.p)[(i0 + j) * kBlock];
     else if (mul.kind == 4)
