@@ -78,6 +78,18 @@ namespace {
 std::atomic<bool> g_avx512_kernels{true};
 }
 void onednn_use_avx512_kernels(bool on) { g_avx512_kernels.store(on, std::memory_order_relaxed); }
+namespace {
+// Whether the AVX-512 forms of the kernels that have a portable twin run: the CPU has it and
+// the tests have not switched them off.
+bool avx512_kernels() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool cpu = __builtin_cpu_supports("avx512f");
+  return cpu && g_avx512_kernels.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+}  // namespace
 bool onednn_bf16_available() {
   const auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
@@ -412,10 +424,9 @@ inline __attribute__((always_inline)) void out_bf16(uint16_t* d, v16 v) {
 }
 
 bool register_epilogue_fits(const Epilogue& e) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512 || !g_avx512_kernels.load(std::memory_order_relaxed) || (e.act != Act::PReLU && e.act != Act::None) ||
-      e.scale || (e.mul && e.mul->C != 1) || e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 ||
-      (!e.write_dst && !e.shadow) || (e.residual && e.residual->C != e.dst.C))
+  if (!avx512_kernels() || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
+      e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
+      (e.residual && e.residual->C != e.dst.C))
     return false;
   return std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->C == 1 || a->C == e.dst.C; }) &&
          std::all_of(e.upsampled.begin(), e.upsampled.end(), [&](const auto& u) { return u.src->C == e.dst.C; });
@@ -948,7 +959,18 @@ __attribute__((target("avx512f"))) void label_row_avx512(const OutputResize& r, 
   for (int64_t x = 0; x < r.W; ++x) {
     const v16 v = interpolate(r, row0, row1, wy0, wy1, x);
     const __m512 z = _mm512_mask_blend_ps(valid, low, reinterpret_cast<const __m512&>(v));
-    const __mmask16 at = _mm512_mask_cmp_ps_mask(valid, z, _mm512_set1_ps(_mm512_reduce_max_ps(z)), _CMP_EQ_OQ);
+    // the maximum in every lane, by halving shuffles (GCC 12's intrinsics for this, which use
+    // an "undefined" register, draw -Wmaybe-uninitialized)
+    v16 m = reinterpret_cast<const v16&>(z), h;
+    h = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    m = m > h ? m : h;
+    h = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    m = m > h ? m : h;
+    h = __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    m = m > h ? m : h;
+    h = __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    m = m > h ? m : h;
+    const __mmask16 at = _mm512_mask_cmp_ps_mask(valid, z, reinterpret_cast<const __m512&>(m), _CMP_EQ_OQ);
     o[x] = at ? __builtin_ctz(at) : 0;
   }
 }
@@ -956,8 +978,7 @@ __attribute__((target("avx512f"))) void label_row_avx512(const OutputResize& r, 
 
 void run_labels(const OutputResize& r, int64_t* out) {
 #if defined(__GNUC__) && defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && g_avx512_kernels.load(std::memory_order_relaxed) && r.src.C <= kBlock) {
+  if (avx512_kernels() && r.src.C <= kBlock) {
     at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) label_row_avx512(r, out, i / r.H, i % r.H);
     });
@@ -1056,8 +1077,7 @@ __attribute__((target("avx512f"))) void output_row_packed(const OutputResize& r,
 
 void run_output_resize(const OutputResize& r, float* out) {
 #if defined(__GNUC__) && defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && g_avx512_kernels.load(std::memory_order_relaxed) && r.src.C >= 8 && r.src.C < kBlock) {
+  if (avx512_kernels() && r.src.C >= 8 && r.src.C < kBlock) {
     const OutputPack q = output_pack(r.src.C);
     at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) output_row_packed(r, q, out, i / r.H, i % r.H);
