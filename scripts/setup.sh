@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
+  ca-certificates                   # https for npm (tests/web)
   libtorch-dev                      # LibTorch 1.13 (CPU): tensors, autograd, training, inference
+  libgloo-dev                       # headers of LibTorch's c10d Gloo backend (src/dist: data-parallel training)
   libdnnl-dev                       # oneDNN (the library LibTorch runs on): the fast CPU inference backend
   libpng-dev libjpeg62-turbo-dev    # image codecs of the core library
   nlohmann-json3-dev                # configuration and weights headers (header-only)
@@ -18,12 +20,15 @@ PACKAGES=(
   libonnx-dev protobuf-compiler     # ONNX export
   libopencv-dev                     # video files and cameras (front ends only)
   chromium                          # the web page test (headless; tests/web)
+  iproute2                          # `ip netns`: the two-machine distributed test
+  python3                           # scripts/check_main_job.py and the test helpers
 )
 # node runs the web page test, npm installs its one package: Debian's unless already present
 # (NodeSource's nodejs bundles npm and conflicts with Debian's npm package).
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
+SECONDS=0
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,16 +40,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+echo "setup: packages ready (${SECONDS} s)" >&2
 
 # playwright-core for the web page test (pinned in tests/web/package-lock.json, installed into
 # the git-ignored tests/web/node_modules; it drives Debian's chromium, downloads no browser).
 # Offline afterwards. Without it the web page test skips with a message.
+SECONDS=0
 if [ ! -d tests/web/node_modules/playwright-core ]; then
   (cd tests/web && npm ci --no-audit --no-fund --loglevel=error) ||
     echo "setup: npm ci in tests/web failed; the web page test will skip" >&2
 fi
+echo "setup: npm ready (${SECONDS} s)" >&2
 
+SECONDS=0
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j "$jobs"
-echo "setup: built build/bin/lightseg" >&2
+echo "setup: built build/bin/lightseg (${SECONDS} s)" >&2
