@@ -60,8 +60,10 @@ for f in /etc/npmrc /usr/etc/npmrc /root/.npmrc; do [ -f "$f" ] && cp "$f" "$roo
 mkdir -p "$root/root/work"
 git clone -q "$proj" "$root/root/work/project" || cannot "git clone of $proj failed"
 [ -d "$proj/../shared" ] && cp -r "$proj/../shared" "$root/root/work/shared"
-mount -t proc proc "$root/proc" && mount --rbind /dev "$root/dev" && mount --rbind /sys "$root/sys" ||
-  cannot "mounting /proc, /dev, /sys in the root failed"
+# The root bound onto itself: "/" is then a mount point inside, as on a real machine (`ip netns
+# exec` and `ip -n` remount it as a slave; on a plain directory that fails with EINVAL).
+mount --bind "$root" "$root" && mount -t proc proc "$root/proc" && mount --rbind /dev "$root/dev" &&
+  mount --rbind /sys "$root/sys" || cannot "mounting /, /proc, /dev, /sys in the root failed"
 echo "fresh_root: root ready in ${SECONDS}s ($(git -C "$proj" rev-parse --short HEAD), $root)" >&2
 
 SECONDS=0
