@@ -1,8 +1,11 @@
 // Configuration JSON and the self-describing weights file.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "lightseg/config.h"
 #include "lightseg/network.h"
@@ -137,5 +140,104 @@ TEST(Weights, CorruptAndTruncatedFilesFailCleanly) {
   EXPECT_THROW(read_weights(write("h.lsw", bytes.substr(0, 40))), std::runtime_error);
   EXPECT_THROW(read_weights(write("g.lsw", "hello world, not weights")), std::runtime_error);
   EXPECT_THROW(read_weights((dir / "missing.lsw").string()), std::runtime_error);
+  fs::remove_all(dir);
+}
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Rewrites a weights file with its JSON header edited by `edit` (the data stays as it is).
+std::string edit_header(const std::string& bytes, const std::function<void(nlohmann::json&)>& edit) {
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data() + 8, 8);
+  auto h = nlohmann::json::parse(bytes.substr(16, len));
+  edit(h);
+  const std::string header = h.dump();
+  const uint64_t n = header.size();
+  return bytes.substr(0, 8) + std::string(reinterpret_cast<const char*>(&n), 8) + header + bytes.substr(16 + len);
+}
+}  // namespace
+
+TEST(Weights, OffsetsAndSizesThatWrapAroundAreRefused) {
+  auto dir = tmpdir();
+  NetworkConfig cfg;
+  cfg.c0 = 8, cfg.c1 = 16, cfg.c2 = 32;
+  Network a(cfg);
+  WeightsFile w = make_weights(a, ModelMeta::camvid());
+  w.blobs["optimizer"] = std::string(64, 'x');
+  const std::string p = (dir / "a.lsw").string();
+  write_weights(p, w);
+  const std::string bytes = slurp(p);
+  const std::string first = w.tensors.front().first;
+  const uint64_t wrap = ~uint64_t(0) - 7;  // 2^64 - 8: base + offset + bytes wraps to 8 bytes before the data
+  struct Case {
+    const char* name;
+    std::function<void(nlohmann::json&)> edit;
+    const char* expect;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {"tensor offset 2^64-8", [&](nlohmann::json& h) { h["tensors"][0]["offset"] = wrap; }, first.c_str()},
+      {"blob offset 2^64-8", [&](nlohmann::json& h) { h["blobs"][0]["offset"] = wrap; }, "optimizer"},
+      {"blob bytes 2^64-8", [&](nlohmann::json& h) { h["blobs"][0]["bytes"] = wrap; }, "optimizer"},
+      {"tensor shape of 2^80 elements",
+       [&](nlohmann::json& h) { h["tensors"][0]["shape"] = {int64_t(1) << 40, int64_t(1) << 40}; }, first.c_str()},
+      {"negative shape", [&](nlohmann::json& h) { h["tensors"][0]["shape"] = {-1, 4}; }, first.c_str()},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string f = (dir / "bad.lsw").string();
+    std::ofstream(f, std::ios::binary) << edit_header(bytes, c.edit);
+    try {
+      read_weights(f);
+      ADD_FAILURE() << "loaded";
+    } catch (const std::runtime_error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("bad.lsw"), std::string::npos) << m;
+      EXPECT_NE(m.find(c.expect), std::string::npos) << m;
+    }
+  }
+  // the unedited file still loads
+  EXPECT_EQ(read_weights(p).blobs.at("optimizer"), std::string(64, 'x'));
+  fs::remove_all(dir);
+}
+
+TEST(Weights, DirectoriesAndNonFiniteWeightsAreRefusedByName) {
+  auto dir = tmpdir();
+  try {
+    read_weights(dir.string());
+    ADD_FAILURE() << "read a directory";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(dir.string()), std::string::npos) << m;
+    EXPECT_NE(m.find("is a directory"), std::string::npos) << m;
+  }
+  NetworkConfig cfg;
+  cfg.c0 = 8, cfg.c1 = 16, cfg.c2 = 32;
+  Network a(cfg);
+  std::string conv;
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : a->named_parameters(true))
+      if (p.value().dim() == 4) {
+        conv = p.key();
+        p.value().fill_(std::numeric_limits<float>::quiet_NaN());
+        break;
+      }
+  }
+  ASSERT_FALSE(conv.empty());
+  const std::string p = (dir / "nan.lsw").string();
+  save_network(p, a, ModelMeta::camvid());
+  try {
+    load_network(p);
+    ADD_FAILURE() << "loaded NaN weights";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("nan.lsw"), std::string::npos) << m;
+    EXPECT_NE(m.find(conv), std::string::npos) << m;
+    EXPECT_NE(m.find("finite"), std::string::npos) << m;
+  }
   fs::remove_all(dir);
 }

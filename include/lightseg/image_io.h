@@ -3,7 +3,10 @@
 // Every failure throws std::runtime_error with a message naming the source.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -12,13 +15,28 @@ namespace lightseg {
 enum class ImageFormat { Unknown, PNG, JPEG };
 ImageFormat sniff_format(const void* data, size_t size);
 
-// Decodes PNG (any bit depth/colour type; 16-bit is reduced to 8) or JPEG (gray, RGB, CMYK).
-// Returns H×W×C uint8 with C = channels of the file (1 gray, 2 gray+alpha → 4? no: see below).
-// Gray+alpha is expanded to RGBA; palette PNGs to RGB(A). `what` names the source in errors.
-torch::Tensor decode_image(const void* data, size_t size, const std::string& what = "image");
-torch::Tensor read_image_file(const std::string& path);
+// An image whose header gives more pixels than the decoder's limit (the caller's max_pixels,
+// and at most 2^28 in any case). Thrown after reading the header, before any pixel is decoded.
+class ImageTooLarge : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
-// Reads a label PNG: single-channel 8-bit values as stored (palette PNGs: the palette index).
+// Decodes PNG (any colour type and bit depth, tRNS, interlace; 16-bit is reduced to 8) or JPEG
+// (baseline or progressive; gray, YCbCr, RGB, CMYK/YCCK). Returns H×W×C uint8 with C = 1 (gray),
+// 3 (RGB) or 4 (RGBA): gray with alpha (an alpha channel or a tRNS colour) becomes RGBA,
+// palettes RGB or, with a tRNS chunk, RGBA; CMYK becomes RGB. `what` names the source in errors.
+// max_pixels > 0: images of more pixels throw ImageTooLarge.
+torch::Tensor decode_image(const void* data, size_t size, const std::string& what = "image", int64_t max_pixels = 0);
+torch::Tensor read_image_file(const std::string& path, int64_t max_pixels = 0);
+
+// {width, height} as the decoder reads them (libpng's png_read_info, libjpeg's jpeg_read_header),
+// without decoding any pixel. Throws std::runtime_error, as decode_image would, when the header
+// cannot be read. Width and height are each below 2^31 (libpng's and libjpeg's own limits).
+std::pair<int64_t, int64_t> decode_image_size(const void* data, size_t size, const std::string& what = "image");
+
+// Reads a label PNG: single-channel values as stored (palette PNGs: the palette index). 16-bit
+// labels are read exactly; a value above 255 throws, naming the file (class ids are 8-bit).
 torch::Tensor read_label_file(const std::string& path);
 
 // RGB H×W×3 (gray H×W or H×W×1, RGBA H×W×4 are converted) uint8 → 3×H×W float 0..255.

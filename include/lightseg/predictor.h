@@ -53,8 +53,10 @@ class InputError : public std::invalid_argument {
   Kind kind_;
 };
 
-// Width and height from an image's header (PNG IHDR or JPEG SOF) without decoding it.
-// Returns {0, 0} when the header cannot be read (the decoder will then say why).
+// Width and height from an image's header (PNG IHDR or JPEG SOF) without decoding it, read by
+// libpng/libjpeg as the decoder reads them (see decode_image_size). Returns {0, 0} when they
+// cannot read the header: the decoder refuses such an image before decoding any pixel.
+// Each side is below 2^31, so width·height does not overflow.
 struct ImageSize {
   int64_t width = 0, height = 0;
 };
@@ -97,7 +99,8 @@ class Predictor {
   // labels of single calls (up to float rounding in rare near-ties).
   std::vector<Prediction> predict_batch(const std::vector<torch::Tensor>& images, bool confidence = false) const;
 
-  // Throws InputError when the encoded image is empty, not PNG/JPEG or over max_pixels.
+  // Throws InputError when the encoded image is empty, not PNG/JPEG, has a header the decoder
+  // cannot read (Corrupt) or is over max_pixels.
   void check_encoded(const void* data, size_t size, const std::string& what = "image") const;
 
   const ModelMeta& meta() const;

@@ -1,8 +1,10 @@
 #include "lightseg/image_io.h"
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -22,6 +24,9 @@ ImageFormat sniff_format(const void* data, size_t size) {
 }
 
 std::string read_file(const std::string& path) {
+  // (reading a directory would fail with a stream error that does not name it)
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw std::runtime_error("cannot read '" + path + "': is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open '" + path + "'");
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -53,8 +58,32 @@ void png_warning_fn(png_structp, png_const_charp) {}
 
 constexpr int64_t kMaxPixels = int64_t(1) << 28;  // 268 M pixels: refuse absurd headers
 
-// mode: 0 = image (expand palette, gray+alpha→RGBA), 1 = label (raw 8-bit indices)
-torch::Tensor decode_png(const void* data, size_t size, const std::string& what, int mode) {
+int64_t pixel_limit(int64_t max_pixels) { return max_pixels > 0 ? std::min(max_pixels, kMaxPixels) : kMaxPixels; }
+
+std::string too_large(const std::string& what, int64_t w, int64_t h, int64_t limit) {
+  return what + ": " + std::to_string(w) + "×" + std::to_string(h) + " = " + std::to_string(w * h) +
+         " pixels, more than the limit of " + std::to_string(limit);
+}
+
+// A 16-bit label read as H×W×2 big-endian bytes → H×W×1 uint8, or an error naming the first
+// largest value above 255 (keeping the high or the low byte would silently change the classes).
+torch::Tensor label_from_16(const torch::Tensor& be, const std::string& what) {
+  auto hi = be.select(2, 0), lo = be.select(2, 1);
+  if (hi.any().item<bool>()) {
+    auto v = (hi.to(torch::kInt32) * 256 + lo.to(torch::kInt32)).flatten();
+    const int64_t at = v.argmax().item<int64_t>(), w = be.size(1);
+    throw std::runtime_error(what + ": 16-bit label with value " + std::to_string(v[at].item<int>()) + " at x " +
+                             std::to_string(at % w) + ", y " + std::to_string(at / w) +
+                             "; class ids must be 0..255 (8-bit)");
+  }
+  return lo.unsqueeze(2).contiguous();
+}
+
+// mode: 0 = image (gray, RGB or RGBA 8-bit), 1 = label (raw indices). size_only: read the
+// header, store {width, height} there and return an undefined tensor — the same calls as a
+// decode up to png_read_info, so that a size checked beforehand is the size decoded.
+torch::Tensor decode_png(const void* data, size_t size, const std::string& what, int mode, int64_t limit,
+                         std::pair<int64_t, int64_t>* size_only = nullptr) {
   PngReadState st{static_cast<const unsigned char*>(data), size, 0, {0}};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &st, png_error_fn, png_warning_fn);
   if (!png) throw std::runtime_error(what + ": out of memory");
@@ -70,26 +99,39 @@ torch::Tensor decode_png(const void* data, size_t size, const std::string& what,
   }
   png_set_read_fn(png, &st, png_read_fn);
   png_read_info(png, info);
-  png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-  int bit_depth = png_get_bit_depth(png, info), color = png_get_color_type(png, info);
-  if (static_cast<int64_t>(w) * h > kMaxPixels) png_error(png, "image too large");
-  if (bit_depth == 16) png_set_strip_16(png);
+  // libpng has checked IHDR: each side is below 2^31, so the product does not overflow.
+  const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  const int bit_depth = png_get_bit_depth(png, info), color = png_get_color_type(png, info);
+  if (size_only || static_cast<int64_t>(w) * h > limit) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    if (size_only) {
+      *size_only = {int64_t(w), int64_t(h)};
+      return {};
+    }
+    throw ImageTooLarge(too_large(what, w, h, limit));
+  }
+  const bool wide_label = mode == 1 && bit_depth == 16;  // read as is, checked below
+  if (bit_depth == 16 && !wide_label) png_set_strip_16(png);
   if (mode == 1) {
     if (color != PNG_COLOR_TYPE_GRAY && color != PNG_COLOR_TYPE_PALETTE)
       png_error(png, "a label must be a single-channel (gray or palette) PNG");
     if (bit_depth < 8) png_set_packing(png);
   } else {
+    const bool trns = png_get_valid(png, info, PNG_INFO_tRNS);
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
     if (color == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-    if (png_get_valid(png, info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
-    if (color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+    if (trns) png_set_tRNS_to_alpha(png);
+    // Gray with alpha, stored or from a tRNS colour, becomes RGBA: there is no 2-channel image.
+    if (color == PNG_COLOR_TYPE_GRAY_ALPHA || (color == PNG_COLOR_TYPE_GRAY && trns)) png_set_gray_to_rgb(png);
   }
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
-  int channels = png_get_channels(png, info);
-  size_t rowbytes = png_get_rowbytes(png, info);
-  if (rowbytes != static_cast<size_t>(w) * channels) png_error(png, "unexpected row layout");
-  result = new torch::Tensor(torch::empty({int64_t(h), int64_t(w), channels}, torch::kUInt8));
+  const int channels = png_get_channels(png, info);
+  const int sample_bytes = wide_label ? 2 : 1;
+  if (mode == 0 && channels != 1 && channels != 3 && channels != 4) png_error(png, "unexpected channel count");
+  const size_t rowbytes = png_get_rowbytes(png, info);
+  if (rowbytes != static_cast<size_t>(w) * channels * sample_bytes) png_error(png, "unexpected row layout");
+  result = new torch::Tensor(torch::empty({int64_t(h), int64_t(w), int64_t(channels) * sample_bytes}, torch::kUInt8));
   rows = new std::vector<png_bytep>(h);
   auto* base = result->data_ptr<uint8_t>();
   for (png_uint_32 y = 0; y < h; ++y) (*rows)[y] = base + static_cast<size_t>(y) * rowbytes;
@@ -99,7 +141,7 @@ torch::Tensor decode_png(const void* data, size_t size, const std::string& what,
   torch::Tensor out = *result;
   delete rows;
   delete result;
-  return out;
+  return wide_label ? label_from_16(out, what) : out;
 }
 
 // ------------------------------------------------------------------ JPEG
@@ -107,6 +149,7 @@ struct JpegErr {
   jpeg_error_mgr mgr;
   jmp_buf jump;
   char msg[JMSG_LENGTH_MAX];
+  char warning[JMSG_LENGTH_MAX];  // the first warning
 };
 
 void jpeg_error_exit_fn(j_common_ptr cinfo) {
@@ -117,13 +160,17 @@ void jpeg_error_exit_fn(j_common_ptr cinfo) {
 
 // Keeps libjpeg quiet but still counts warnings (a truncated stream is only a warning to it).
 void jpeg_quiet(j_common_ptr cinfo, int level) {
-  if (level < 0) cinfo->err->num_warnings++;
+  if (level >= 0) return;
+  auto* e = reinterpret_cast<JpegErr*>(cinfo->err);
+  if (cinfo->err->num_warnings++ == 0) (*cinfo->err->format_message)(cinfo, e->warning);
 }
 
-torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what) {
+// As decode_png: size_only reads the header the way a decode does, up to jpeg_read_header.
+torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what, int64_t limit,
+                          std::pair<int64_t, int64_t>* size_only = nullptr) {
   jpeg_decompress_struct cinfo;
   JpegErr err;
-  err.msg[0] = 0;
+  err.msg[0] = err.warning[0] = 0;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit_fn;
   err.mgr.emit_message = jpeg_quiet;
@@ -136,6 +183,23 @@ torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, static_cast<const unsigned char*>(data), static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  // The frame's size as libjpeg found it (it skips stray bytes between segments, with a
+  // warning). Checked before jpeg_start_decompress, which for a progressive file already
+  // allocates coefficient buffers for the whole frame.
+  const int64_t iw = cinfo.image_width, ih = cinfo.image_height;
+  if (size_only || iw * ih > limit) {
+    jpeg_destroy_decompress(&cinfo);
+    if (size_only) {
+      *size_only = {iw, ih};
+      return {};
+    }
+    throw ImageTooLarge(too_large(what, iw, ih, limit));
+  }
+  // Warnings (stray bytes, a premature end) make the file refused below anyway: no need to decode.
+  if (err.mgr.num_warnings > 0) {
+    jpeg_destroy_decompress(&cinfo);
+    throw std::runtime_error(what + ": corrupt or truncated JPEG (" + std::string(err.warning) + ")");
+  }
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK)
     cinfo.out_color_space = JCS_CMYK;
   else if (cinfo.num_components == 1)
@@ -144,10 +208,6 @@ torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what
     cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
   const int64_t h = cinfo.output_height, w = cinfo.output_width, c = cinfo.output_components;
-  if (h * w > kMaxPixels) {
-    std::snprintf(err.msg, sizeof(err.msg), "image too large");
-    longjmp(err.jump, 1);
-  }
   result = new torch::Tensor(torch::empty({h, w, c}, torch::kUInt8));
   auto* base = result->data_ptr<uint8_t>();
   while (cinfo.output_scanline < cinfo.output_height) {
@@ -160,7 +220,7 @@ torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what
   jpeg_destroy_decompress(&cinfo);
   torch::Tensor out = *result;
   delete result;
-  if (truncated) throw std::runtime_error(what + ": corrupt or truncated JPEG (premature end of data)");
+  if (truncated) throw std::runtime_error(what + ": corrupt or truncated JPEG (" + std::string(err.warning) + ")");
   if (c == 4) {  // CMYK (Adobe inverted) → RGB
     auto f = out.to(torch::kFloat32) / 255.0;
     auto k = f.select(2, 3).unsqueeze(2);
@@ -171,25 +231,36 @@ torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what
 
 }  // namespace
 
-torch::Tensor decode_image(const void* data, size_t size, const std::string& what) {
+torch::Tensor decode_image(const void* data, size_t size, const std::string& what, int64_t max_pixels) {
   if (size == 0) throw std::runtime_error(what + ": empty input");
   switch (sniff_format(data, size)) {
-    case ImageFormat::PNG: return decode_png(data, size, what, 0);
-    case ImageFormat::JPEG: return decode_jpeg(data, size, what);
+    case ImageFormat::PNG: return decode_png(data, size, what, 0, pixel_limit(max_pixels));
+    case ImageFormat::JPEG: return decode_jpeg(data, size, what, pixel_limit(max_pixels));
     default: throw std::runtime_error(what + ": unsupported format (expected PNG or JPEG)");
   }
 }
 
-torch::Tensor read_image_file(const std::string& path) {
+std::pair<int64_t, int64_t> decode_image_size(const void* data, size_t size, const std::string& what) {
+  if (size == 0) throw std::runtime_error(what + ": empty input");
+  std::pair<int64_t, int64_t> wh{0, 0};
+  switch (sniff_format(data, size)) {
+    case ImageFormat::PNG: decode_png(data, size, what, 0, kMaxPixels, &wh); break;
+    case ImageFormat::JPEG: decode_jpeg(data, size, what, kMaxPixels, &wh); break;
+    default: throw std::runtime_error(what + ": unsupported format (expected PNG or JPEG)");
+  }
+  return wh;
+}
+
+torch::Tensor read_image_file(const std::string& path, int64_t max_pixels) {
   std::string b = read_file(path);
-  return decode_image(b.data(), b.size(), "'" + path + "'");
+  return decode_image(b.data(), b.size(), "'" + path + "'", max_pixels);
 }
 
 torch::Tensor read_label_file(const std::string& path) {
   std::string b = read_file(path);
   if (sniff_format(b.data(), b.size()) != ImageFormat::PNG)
     throw std::runtime_error("'" + path + "': a label must be a PNG file");
-  return decode_png(b.data(), b.size(), "'" + path + "'", 1).squeeze(2);
+  return decode_png(b.data(), b.size(), "'" + path + "'", 1, kMaxPixels).squeeze(2);
 }
 
 torch::Tensor to_rgb_chw_float(const torch::Tensor& img) {
@@ -220,7 +291,8 @@ torch::Tensor as_hwc_u8(const torch::Tensor& img) {
 std::string encode_png(const torch::Tensor& img, int compression) {
   torch::Tensor x = as_hwc_u8(img);
   const int c = static_cast<int>(x.size(2));
-  const int type = c == 1 ? PNG_COLOR_TYPE_GRAY : c == 3 ? PNG_COLOR_TYPE_RGB : c == 4 ? PNG_COLOR_TYPE_RGBA : -1;
+  // volatile: kept in memory across the setjmp below (GCC's -Wclobbered)
+  const volatile int type = c == 1 ? PNG_COLOR_TYPE_GRAY : c == 3 ? PNG_COLOR_TYPE_RGB : c == 4 ? PNG_COLOR_TYPE_RGBA : -1;
   if (type < 0) throw std::invalid_argument("encode_png: 1, 3 or 4 channels expected");
   std::string out;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);

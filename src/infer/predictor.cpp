@@ -23,9 +23,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-uint32_t be16(const unsigned char* p) { return (uint32_t(p[0]) << 8) | p[1]; }
-uint32_t be32(const unsigned char* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
-
 // The network needs at least 32 pixels a side (five stride-2 stages); smaller inputs are
 // upscaled for the forward pass and the logits resized back.
 constexpr int64_t kMinSide = 32;
@@ -54,33 +51,15 @@ std::string sniff_image_kind(const void* data, size_t size) {
 }
 
 ImageSize peek_image_size(const void* data, size_t size) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  switch (sniff_format(data, size)) {
-    case ImageFormat::PNG:
-      // signature (8), chunk length (4), "IHDR", width, height — all big-endian
-      if (size >= 24 && std::memcmp(b + 12, "IHDR", 4) == 0) return {int64_t(be32(b + 16)), int64_t(be32(b + 20))};
-      return {};
-    case ImageFormat::JPEG: {
-      size_t pos = 2;
-      while (pos + 4 <= size) {
-        if (b[pos] != 0xFF) return {};  // not at a marker: corrupt
-        while (pos < size && b[pos] == 0xFF) ++pos;  // fill bytes
-        if (pos >= size) return {};
-        const unsigned char m = b[pos++];
-        if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // markers without a segment
-        if (m == 0xD9 || m == 0xDA || pos + 2 > size) return {};  // EOI / scan data before any frame
-        const uint32_t len = be16(b + pos);
-        // SOF0..SOF15 except DHT (C4), JPG (C8), DAC (CC): length, precision, height, width
-        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
-          if (pos + 7 > size) return {};
-          return {int64_t(be16(b + pos + 5)), int64_t(be16(b + pos + 3))};
-        }
-        if (len < 2) return {};
-        pos += len;
-      }
-      return {};
-    }
-    default: return {};
+  // The decoder's own header reading (png_read_info, jpeg_read_header), not a parser of ours:
+  // one that stopped where libjpeg skips a stray byte reported 0×0 for an image libjpeg then
+  // decoded at its full size. What libpng or libjpeg cannot read, the decoder refuses too.
+  if (sniff_format(data, size) == ImageFormat::Unknown) return {};
+  try {
+    const auto [w, h] = decode_image_size(data, size);
+    return {w, h};
+  } catch (const std::runtime_error&) {
+    return {};
   }
 }
 
@@ -280,13 +259,19 @@ void Predictor::check_encoded(const void* data, size_t size, const std::string& 
   if (kind.empty()) throw InputError(K::NotAnImage, what + ": not an image (expected PNG or JPEG)");
   if (kind != "PNG" && kind != "JPEG")
     throw InputError(K::Unsupported, what + ": " + kind + " images are not supported (expected PNG or JPEG)");
-  if (impl_->opt.max_pixels > 0) {
-    const ImageSize s = peek_image_size(data, size);
-    if (s.width * s.height > impl_->opt.max_pixels)
-      throw InputError(K::TooLarge, what + ": " + std::to_string(s.width) + "×" + std::to_string(s.height) + " = " +
-                                        std::to_string(s.width * s.height) + " pixels, more than the limit of " +
-                                        std::to_string(impl_->opt.max_pixels));
+  // The size as the decoder reads it; an image whose header it cannot read is refused here
+  // already (never "0×0, within the limit").
+  ImageSize s;
+  try {
+    const auto [w, h] = decode_image_size(data, size, what);
+    s = {w, h};
+  } catch (const std::runtime_error& e) {
+    throw InputError(K::Corrupt, e.what());
   }
+  if (impl_->opt.max_pixels > 0 && s.width * s.height > impl_->opt.max_pixels)
+    throw InputError(K::TooLarge, what + ": " + std::to_string(s.width) + "×" + std::to_string(s.height) + " = " +
+                                      std::to_string(s.width * s.height) + " pixels, more than the limit of " +
+                                      std::to_string(impl_->opt.max_pixels));
 }
 
 Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what) const {
@@ -294,13 +279,13 @@ Prediction Predictor::predict_encoded(const void* data, size_t size, bool confid
   auto t0 = std::chrono::steady_clock::now();
   torch::Tensor img;
   try {
-    img = decode_image(data, size, what);
+    // The decoder checks the limit itself, after the header and before any pixel.
+    img = decode_image(data, size, what, impl_->opt.max_pixels);
+  } catch (const ImageTooLarge& e) {
+    throw InputError(InputError::Kind::TooLarge, e.what());
   } catch (const std::runtime_error& e) {
     throw InputError(InputError::Kind::Corrupt, e.what());
   }
-  // The header may lie about the size (checked above); the decoded image may not.
-  if (impl_->opt.max_pixels > 0 && img.size(0) * img.size(1) > impl_->opt.max_pixels)
-    throw InputError(InputError::Kind::TooLarge, what + ": more than " + std::to_string(impl_->opt.max_pixels) + " pixels");
   const double decode_ms = ms_since(t0);
   Prediction p = predict(img, confidence);
   p.image = img;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -109,6 +110,9 @@ void write_weights(const std::string& path, const WeightsFile& w) {
 }
 
 WeightsFile read_weights(const std::string& path) {
+  // (reading a directory would fail with a stream error that does not name it)
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw std::runtime_error("cannot read weights file '" + path + "': is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open weights file '" + path + "'");
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -123,7 +127,14 @@ WeightsFile read_weights(const std::string& path) {
   } catch (const json::exception& e) {
     throw std::runtime_error("'" + path + "' has a corrupt header: " + e.what());
   }
-  const size_t base = 16 + len;
+  const size_t base = 16 + len, avail = all.size() - base;
+  // Whether [off, off + bytes) lies in the data, without computing off + bytes: a crafted
+  // offset of 2^64 - 8 wraps the sum around and would point before the data.
+  auto in_data = [avail](size_t off, size_t bytes) { return off <= avail && bytes <= avail - off; };
+  auto where = [avail](size_t off, size_t bytes) {
+    return " (offset " + std::to_string(off) + ", " + std::to_string(bytes) + " bytes; the data has " +
+           std::to_string(avail) + ")";
+  };
   WeightsFile w;
   try {
     if (h.value("format", "") != "lightseg-weights")
@@ -132,22 +143,37 @@ WeightsFile read_weights(const std::string& path) {
     w.meta = ModelMeta::from_json(h.at("meta"));
     if (h.contains("extra")) w.extra = h.at("extra");
     for (const auto& t : h.at("tensors")) {
+      const std::string name = t.at("name").get<std::string>();
       const auto shape = t.at("shape").get<std::vector<int64_t>>();
       const size_t off = t.at("offset").get<size_t>(), bytes = t.at("bytes").get<size_t>();
       const std::string dt = t.at("dtype").get<std::string>();
       auto type = dt == "f32" ? torch::kFloat32 : dt == "i64" ? torch::kInt64 : throw std::runtime_error("unknown dtype " + dt);
+      // The size from the shape, checked before anything is allocated: no negative or
+      // overflowing dimensions, and exactly `bytes`.
+      size_t n = type == torch::kFloat32 ? 4 : 8;
+      bool fits = true;
+      for (int64_t d : shape) {
+        if (d < 0 || (d > 0 && n > std::numeric_limits<size_t>::max() / static_cast<size_t>(d))) fits = false;
+        else n *= static_cast<size_t>(d);
+      }
+      if (!fits || n != bytes)
+        throw std::runtime_error("'" + path + "' is corrupt at tensor '" + name + "': shape " + shape_str(shape) +
+                                 " does not match its " + std::to_string(bytes) + " bytes");
+      if (!in_data(off, bytes))
+        throw std::runtime_error("'" + path + "' is truncated or corrupt at tensor '" + name + "'" +
+                                 where(off, bytes));
       torch::Tensor x = torch::empty(shape, torch::TensorOptions().dtype(type));
-      if (static_cast<size_t>(x.numel()) * x.element_size() != bytes || base + off + bytes > all.size())
-        throw std::runtime_error("'" + path + "' is truncated or corrupt at tensor '" +
-                                 t.at("name").get<std::string>() + "'");
       std::memcpy(x.data_ptr(), all.data() + base + off, bytes);
-      w.tensors.emplace_back(t.at("name").get<std::string>(), x);
+      w.tensors.emplace_back(name, x);
     }
     if (h.contains("blobs"))
       for (const auto& b : h.at("blobs")) {
+        const std::string name = b.at("name").get<std::string>();
         const size_t off = b.at("offset").get<size_t>(), bytes = b.at("bytes").get<size_t>();
-        if (base + off + bytes > all.size()) throw std::runtime_error("'" + path + "' is truncated (blob)");
-        w.blobs[b.at("name").get<std::string>()] = all.substr(base + off, bytes);
+        if (!in_data(off, bytes))
+          throw std::runtime_error("'" + path + "' is truncated or corrupt at blob '" + name + "'" +
+                                   where(off, bytes));
+        w.blobs[name] = all.substr(base + off, bytes);
       }
   } catch (const json::exception& e) {
     throw std::runtime_error("'" + path + "' has a malformed header: " + e.what());
@@ -179,6 +205,15 @@ void load_into(Network& net, const WeightsFile& w) {
         throw std::runtime_error("weights do not fit the model: the file has parameter '" + name + "' (shape " +
                                  shape_str(t.sizes().vec()) + ") that the model lacks");
   }
+  // A diverged run's NaN would otherwise load without a word and predict one class everywhere.
+  for (auto& [name, t] : mine) {
+    const torch::Tensor& x = *have[name];
+    if (!x.is_floating_point()) continue;
+    const int64_t bad = x.numel() - torch::isfinite(x).sum().item<int64_t>();
+    if (bad > 0)
+      throw std::runtime_error("weights are not finite: parameter '" + name + "' holds " + std::to_string(bad) +
+                               " NaN or infinite values (of " + std::to_string(x.numel()) + ")");
+  }
   torch::NoGradGuard ng;
   for (auto& [name, t] : mine) t.copy_(*have[name]);
 }
@@ -186,7 +221,11 @@ void load_into(Network& net, const WeightsFile& w) {
 Network load_network(const std::string& path, ModelMeta* meta) {
   WeightsFile w = read_weights(path);
   Network net(w.config);
-  load_into(net, w);
+  try {
+    load_into(net, w);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("'" + path + "': " + e.what());
+  }
   net->eval();
   if (meta) *meta = w.meta;
   return net;
