@@ -1,16 +1,23 @@
 // `lightseg serve` over real HTTP on 127.0.0.1: formats, bad input, load, queue, shutdown,
-// the CLI's signal handling, and the web page in headless Chromium.
+// slow and hostile clients, the CLI's signal handling, and the web page in headless Chromium.
 #include "lightseg/features.h"
 
 #if LIGHTSEG_HAVE_SERVER
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -109,6 +116,170 @@ struct Gate {
     open = true;
     cv.notify_all();
   }
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A plain TCP client for what httplib::Client cannot do: send bytes exactly as given (invalid
+// UTF-8, a raw 0xFF), send slowly, or send several requests over one connection it controls.
+class RawConn {
+ public:
+  explicit RawConn(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawConn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConn(const RawConn&) = delete;
+  RawConn& operator=(const RawConn&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  int local_port() const {
+    sockaddr_in a{};
+    socklen_t n = sizeof a;
+    return ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n) == 0 ? ntohs(a.sin_port) : -1;
+  }
+  bool send(const std::string& s) {
+    for (size_t off = 0; off < s.size();) {
+      const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // Never blocks: false when the connection is gone or its buffer is full.
+  bool send_nowait(const std::string& s) {
+    return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(s.size());
+  }
+
+  struct Reply {
+    int status = -1;  // -1: no complete response in time
+    std::string head, body;
+  };
+  // Reads the next response (an interim 100 Continue counts as one) within timeout_s.
+  Reply read_reply(double timeout_s) {
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    Reply r;
+    size_t head_end;
+    while ((head_end = buf_.find("\r\n\r\n")) == std::string::npos)
+      if (!fill(end)) return r;
+    r.head = buf_.substr(0, head_end + 4);
+    size_t length = 0;
+    std::string lower = r.head;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (auto at = lower.find("\r\ncontent-length:"); at != std::string::npos) length = std::stoul(lower.substr(at + 17));
+    while (buf_.size() < head_end + 4 + length)
+      if (!fill(end)) return r;
+    r.body = buf_.substr(head_end + 4, length);
+    buf_.erase(0, head_end + 4 + length);
+    if (r.head.rfind("HTTP/1.", 0) == 0 && r.head.size() > 12) r.status = std::atoi(r.head.c_str() + 9);
+    return r;
+  }
+  // Sends one request and reads its response.
+  Reply exchange(const std::string& request, double timeout_s = 30) {
+    if (!send(request)) return {};
+    return read_reply(timeout_s);
+  }
+  // Reads (and keeps in received()) until the server closes the connection; false on timeout.
+  bool wait_closed(double timeout_s) {
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    while (!eof_)
+      if (!fill(end) && !eof_) return false;
+    return true;
+  }
+  // Non-blocking: reads what has arrived; true once the server has closed the connection.
+  bool poll_closed() {
+    fill(Clock::now());
+    return eof_;
+  }
+  const std::string& received() const { return buf_; }
+
+ private:
+  // Appends what arrives before `end` to buf_; false on timeout or when the peer closed (eof_).
+  bool fill(Clock::time_point end) {
+    if (eof_) return false;
+    pollfd p{fd_, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left))) <= 0) return false;
+    char tmp[4096];
+    const ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (n <= 0) {  // orderly close or reset: either way the server dropped the connection
+      eof_ = true;
+      return false;
+    }
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  std::string buf_;
+  bool eof_ = false;
+};
+
+nlohmann::json json_body(const RawConn::Reply& r) { return nlohmann::json::parse(r.body, nullptr, false); }
+
+// Expects status `code` and a JSON error containing `needle` (the body must be valid UTF-8 JSON).
+void expect_raw_error(const RawConn::Reply& r, int code, const std::string& needle, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(r.status, code) << r.head << r.body;
+  auto j = json_body(r);
+  ASSERT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string()) << r.body;
+  EXPECT_NE(j["error"].get<std::string>().find(needle), std::string::npos) << j["error"];
+}
+
+// TCP_NODELAY on the server's end of the connection from client_port (the server runs in this
+// process, so its sockets are ours to inspect): 1 or 0; -1 when there is no such socket.
+int server_side_nodelay(int server_port, int client_port) {
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(e.path().filename().c_str());
+    sockaddr_in self{}, peer{};
+    socklen_t n = sizeof self, m = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &n) != 0 || self.sin_family != AF_INET) continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &m) != 0) continue;
+    if (ntohs(self.sin_port) != server_port || ntohs(peer.sin_port) != client_port) continue;
+    int on = 0;
+    socklen_t len = sizeof on;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &len) != 0) return -1;
+    return on != 0;
+  }
+  return -1;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Sends one byte every `period` to each connection until it is closed, stop is set or `cap` passes.
+class Trickler {
+ public:
+  Trickler(std::vector<RawConn*> conns, std::chrono::milliseconds period, std::chrono::seconds cap)
+      : thread_([this, conns, period, cap] {
+          const auto end = Clock::now() + cap;
+          std::vector<bool> gone(conns.size(), false);
+          while (!stop_ && Clock::now() < end) {
+            for (size_t i = 0; i < conns.size(); ++i)
+              if (!gone[i] && !conns[i]->send_nowait("a")) gone[i] = true;
+            std::this_thread::sleep_for(period);
+          }
+        }) {}
+  ~Trickler() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace
@@ -378,6 +549,180 @@ TEST(Serve, StopFinishesTheRequestsInFlight) {
   EXPECT_TRUE(s->done());
 }
 
+TEST(Serve, InvalidUtf8InThePathIsA404NotACrash) {
+  fx::one_thread();
+  RunningServer s;
+  // percent-encoded and raw bytes that are not UTF-8; the 404 message quotes the path
+  for (const std::string path : {"/%ff", "/%c0%ae%c0%ae/etc/passwd", "/\xff", "/caf\xe9?x=\xff", "/%ed%a0%80"}) {
+    RawConn c(s.port());
+    ASSERT_TRUE(c.ok());
+    auto r = c.exchange("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    expect_raw_error(r, 404, "no such endpoint", path);
+  }
+  RawConn c(s.port());
+  expect_raw_error(c.exchange("DELETE /%fe%ff HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), 404, "no such endpoint", "DELETE");
+  // the server is alive and well after all that
+  auto h = s.client().Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(s.server().stats().server_errors, 0u);
+}
+
+TEST(Serve, InvalidUtf8InAParameterIsA400) {
+  fx::one_thread();
+  RunningServer s;
+  auto c = s.client();
+  const std::string png = encode_png(fx::shapes_sample(40, 40, 4).first);
+  expect_error(c.Post("/v1/segment?format=%ff", png, "image/png"), 400, "unknown format", "format");
+  expect_error(c.Post("/v1/segment?format=%c0%ae", png, "image/png"), 400, "unknown format", "overlong format");
+  expect_error(c.Post("/v1/segment?format=overlay&alpha=0.5%ff", png, "image/png"), 400, "alpha", "alpha");
+  expect_error(c.Post("/v1/segment?format=json&image=%ff", png, "image/png"), 400, "image must be", "image");
+  auto ok = c.Post("/v1/segment?format=json", png, "image/png");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(s.server().stats().server_errors, 0u);
+}
+
+TEST(Serve, KeepAliveRequestsAreNotDelayedByNagle) {
+  fx::one_thread();
+  RunningServer s;
+  const std::string get = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  // A fresh connection per request: the baseline on this machine right now.
+  std::vector<double> fresh;
+  for (int i = 0; i < 5; ++i) {
+    RawConn c(s.port());
+    const auto t0 = Clock::now();
+    ASSERT_EQ(c.exchange(get).status, 200);
+    fresh.push_back(1e3 * seconds_since(t0));
+  }
+  RawConn c(s.port());
+  ASSERT_EQ(c.exchange(get).status, 200);
+  // The answer is written as a head and a body: with Nagle on, the body waits for the client's
+  // delayed ACK (40 ms on Linux) on every reused connection's request.
+  EXPECT_EQ(server_side_nodelay(s.port(), c.local_port()), 1) << "TCP_NODELAY is off on the accepted socket";
+  std::vector<double> reused;
+  for (int i = 0; i < 11; ++i) {
+    const auto t0 = Clock::now();
+    ASSERT_EQ(c.exchange(get).status, 200) << "request " << i;
+    reused.push_back(1e3 * seconds_since(t0));
+  }
+  // Relative to the baseline, so that a loaded machine slows both alike.
+  EXPECT_LT(median(reused), median(fresh) + 25) << "fresh " << median(fresh) << " ms, reused " << median(reused) << " ms";
+}
+
+TEST(Serve, SlowClientsDoNotHoldOffOthers) {
+  fx::one_thread();
+  ServerOptions o;
+  o.head_timeout = 2;
+  o.body_timeout = 2;
+  o.min_body_rate = 1000;
+  RunningServer s(o);
+  // More slow connections than the default worker count (engines + max_queue + 8 = 41).
+  const char* env = std::getenv("LIGHTSEG_SLOW_CLIENTS");
+  const int n_head = env ? std::atoi(env) : 60, n_body = 4;
+  std::vector<std::unique_ptr<RawConn>> slow;
+  std::vector<RawConn*> raw;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n_head + n_body; ++i) {
+    slow.push_back(std::make_unique<RawConn>(s.port()));
+    ASSERT_TRUE(slow.back()->ok()) << "connection " << i;
+    raw.push_back(slow.back().get());
+    if (i < n_head)  // a head that never ends: one more byte of a header every 500 ms
+      ASSERT_TRUE(slow.back()->send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "));
+    else  // a complete head, then a body at 2 bytes/s
+      ASSERT_TRUE(slow.back()->send("POST /v1/segment HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/png\r\n"
+                                    "Content-Length: 100000\r\n\r\n"));
+  }
+  Trickler trickle(raw, std::chrono::milliseconds(500), std::chrono::seconds(30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // all accepted and reading
+
+  // Normal clients meanwhile are answered promptly (generous bound: the machine may be loaded).
+  std::vector<double> ms;
+  for (int i = 0; i < 20; ++i) {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_connection_timeout(10, 0);
+    c.set_read_timeout(10, 0);
+    const auto t = Clock::now();
+    auto r = c.Get("/healthz");
+    ms.push_back(1e3 * seconds_since(t));
+    ASSERT_TRUE(r) << "request " << i << ": " << httplib::to_string(r.error());
+    EXPECT_EQ(r->status, 200);
+    EXPECT_LT(ms.back(), 3000) << "request " << i;
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("/healthz with %d slow connections: median %.1f ms, max %.1f ms\n", n_head + n_body, ms[ms.size() / 2],
+              ms.back());
+
+  // The server closes every slow connection (still trickling) soon after its deadline: 2 s for a
+  // head, 2 s + bytes / 1000 B/s for a body.
+  const auto end = t0 + std::chrono::seconds(15);
+  std::vector<bool> closed(slow.size(), false);
+  size_t n_closed = 0;
+  while (n_closed < slow.size() && Clock::now() < end) {
+    for (size_t i = 0; i < slow.size(); ++i)
+      if (!closed[i] && slow[i]->poll_closed()) {
+        closed[i] = true;
+        ++n_closed;
+      }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double took = seconds_since(t0);
+  trickle.stop();
+  EXPECT_EQ(n_closed, slow.size()) << "slow connections still open after " << took << " s";
+  for (size_t i = 0; i < slow.size(); ++i) {
+    // what a slow client gets, if anything, before the close: 408
+    const std::string& got = slow[i]->received();
+    if (!got.empty()) EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 408") << "connection " << i << ": " << got;
+  }
+  auto h = s.client().Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+TEST(Serve, OtherMethodsOnSegmentAre405) {
+  fx::one_thread();
+  RunningServer s;
+  auto c = s.client();
+  const std::string png = encode_png(fx::shapes_sample(40, 40, 4).first);
+  auto check = [](const httplib::Result& r, const std::string& what) {
+    expect_error(r, 405, "method not allowed", what);
+    if (r) EXPECT_EQ(r->get_header_value("Allow"), "POST") << what;
+  };
+  check(c.Put("/v1/segment", png, "image/png"), "PUT");
+  check(c.Patch("/v1/segment", png, "image/png"), "PATCH");
+  check(c.Delete("/v1/segment"), "DELETE");
+  check(c.Get("/v1/segment"), "GET");
+  auto ok = c.Post("/v1/segment", png, "image/png");  // the same connection still works
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST(Serve, OverLimitContentLengthIsRefusedAtOnce) {
+  fx::one_thread();
+  ServerOptions o;
+  o.max_bytes = 64 * 1024;
+  RunningServer s(o);
+  const std::string head = "POST /v1/segment HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/png\r\n"
+                           "Content-Length: 1048576\r\n";
+  {  // Expect: 100-continue: a final 413 instead of "100 Continue" (then a 413 for the body sent for nothing)
+    RawConn c(s.port());
+    const auto t0 = Clock::now();
+    auto r = c.exchange(head + "Expect: 100-continue\r\n\r\n", 30);
+    expect_raw_error(r, 413, "too large", "Expect: 100-continue");
+    EXPECT_LT(seconds_since(t0), 5);  // no waiting for a body (httplib's read timeout is 10 s)
+  }
+  {  // no Expect, no body sent yet: answered without waiting for the megabyte
+    RawConn c(s.port());
+    const auto t0 = Clock::now();
+    auto r = c.exchange(head + "\r\n", 30);
+    expect_raw_error(r, 413, "too large", "no body");
+    EXPECT_LT(seconds_since(t0), 5);
+  }
+  auto h = s.client().Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
 namespace {
 
 // `lightseg serve` as a child process with its stdout on a pipe.
@@ -494,6 +839,39 @@ TEST(ServeCli, SigtermFinishesAndExitsCleanly) {
   auto r = fx::run_cli({"serve", "--weights", weights, "--port", std::to_string(used)}, dir);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("error: cannot listen on 127.0.0.1:" + std::to_string(used)), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(ServeCli, SigtermClosesSlowConnectionsAfterTheGracePeriod) {
+  fx::one_thread();
+  auto dir = fx::temp_dir("serve_grace");
+  const std::string weights = fx::random_weights(dir);
+  auto child = spawn_serve({"serve", "--weights", weights, "--port", "0", "--threads", "1", "--grace", "2"}, dir);
+  ASSERT_TRUE(child);
+  std::string line = child->read_until("/ (Ctrl-C", 60);
+  auto at = line.find("http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << line << slurp(child->err_path);
+  const int port = std::stoi(line.substr(at + 17));
+  // A body trickling at 2 bytes/s (its own deadline is minutes away) and a head trickling too.
+  RawConn body(port), head(port);
+  ASSERT_TRUE(body.ok() && head.ok());
+  ASSERT_TRUE(body.send("POST /v1/segment HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/png\r\n"
+                        "Content-Length: 1000000\r\n\r\n"));
+  ASSERT_TRUE(head.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "));
+  Trickler trickle({&body, &head}, std::chrono::milliseconds(500), std::chrono::seconds(40));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto t0 = Clock::now();
+  ::kill(child->pid, SIGTERM);
+  const int code = child->wait_exit(30);
+  const double took = seconds_since(t0);
+  trickle.stop();
+  std::printf("exit %.1f s after SIGTERM with --grace 2 and two trickling connections\n", took);
+  EXPECT_EQ(code, 0) << slurp(child->err_path);
+  EXPECT_LT(took, 2 + 6) << "exit took " << took << " s with --grace 2";
+  EXPECT_TRUE(body.wait_closed(5));
+  EXPECT_TRUE(head.wait_closed(5));
+  const std::string err = slurp(child->err_path);
+  EXPECT_NE(err.find("stopped:"), std::string::npos) << err;
   fs::remove_all(dir);
 }
 

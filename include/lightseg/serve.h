@@ -5,7 +5,7 @@
 //   lightseg::Server server(predictor, {});            // ServerOptions: host, port, limits
 //   int port = server.bind();                          // port 0 picks a free one
 //   std::thread t([&] { server.run(); });              // blocks until stop()
-//   server.stop();                                     // finishes in-flight requests, then run() returns
+//   server.stop();                                     // in-flight requests get stop_grace s, then run() returns
 //
 // Endpoints:
 //   POST /v1/segment   body: a PNG/JPEG (raw, or multipart/form-data with any file field)
@@ -16,13 +16,21 @@
 //   GET  /healthz      {"status":"ok"}
 //   GET  /v1/model     classes, palette, normalisation, parameter count, backend
 //   GET  /             the web page (embedded in the binary)
-// Bad input gets a 4xx JSON {"error": "..."}: 400 empty body, corrupt/truncated image or bad
-// parameter; 413 body over max_bytes or image over max_pixels; 415 not an image or an
-// unsupported format. 503 when max_queue requests already wait for the network.
+//   PUT/PATCH/DELETE/GET /v1/segment: 405 (Allow: POST)
+// Bad input gets a 4xx JSON {"error": "..."}: 400 empty body, corrupt/truncated image, bad
+// parameter (invalid UTF-8 included) or malformed request; 408 a head or body that arrived too
+// slowly; 413 body over max_bytes (a Content-Length over it is answered at once, before any
+// "100 Continue") or image over max_pixels; 415 not an image or an unsupported format. 503 when
+// max_queue requests already wait for the network, or max_connections are open.
 //
-// Memory is bounded: at most http_threads requests are read at a time (each ≤ max_bytes),
-// at most engines + max_queue of them hold a decoded image (≤ 4·max_pixels bytes) and
-// `engines` run the network at once; the rest are answered 503 at once.
+// Slow clients cannot hold the service: each connection has its own thread (blocked reads cost
+// a thread, not a worker), a request head must arrive within head_timeout, a body within
+// body_timeout plus 1 s per min_body_rate bytes, and any read or write making no progress for
+// 10 s fails. stop() closes idle connections at once and what is still open after stop_grace.
+//
+// Memory is bounded: at most http_threads requests read a body at a time (each ≤ max_bytes;
+// more wait for their turn), at most engines + max_queue of them hold a decoded image
+// (≤ 4·max_pixels bytes) and `engines` run the network at once; the rest are answered 503 at once.
 #pragma once
 
 #include <cstddef>
@@ -41,7 +49,12 @@ struct ServerOptions {
   size_t max_bytes = 16u << 20;            // request body limit
   int64_t max_pixels = 4096 * 1024;        // decoded image limit (width·height)
   int max_queue = 32;                      // requests allowed to wait for an engine
-  int http_threads = 0;                    // 0: engines + max_queue + 8
+  int http_threads = 0;                    // requests reading a body at once; 0: engines + max_queue + 8
+  int max_connections = 1000;              // open connections at most (more: 503 and closed)
+  double head_timeout = 5;                 // s: the request line and headers must arrive within it
+  double body_timeout = 10;                // s: a body must arrive within body_timeout + size / min_body_rate
+  size_t min_body_rate = 8192;             // bytes/s (see body_timeout)
+  double stop_grace = 10;                  // s: stop() gives requests in flight this long, then closes them
   // Access log and notices, one line each (no newline); empty: silent.
   std::function<void(const std::string&)> log;
   // Test hook: runs in the request's thread right before the forward pass.

@@ -5,12 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
 #include "lightseg/predictor.h"
-#include "serve/http.h"
+#include "serve/http_server.h"
 
 namespace lightseg {
 
@@ -45,9 +44,65 @@ std::string base64(const std::string& in) {
   return out;
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message) {
+// `s` with every byte that is not part of well-formed UTF-8 (stray continuation bytes, overlong
+// forms, surrogates, past U+10FFFF, cut-off sequences) replaced by U+FFFD. Paths and parameters
+// are whatever bytes the client sent, and nlohmann::json refuses to dump invalid UTF-8.
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c < 0x80) n = 1;
+    else if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    bool ok = n > 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      ok = k == 1 ? d >= lo && d <= hi : d >= 0x80 && d <= 0xBF;
+    }
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+// 5 → "5", 2.5 → "2.5".
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// A line for the log: valid UTF-8 without control characters (a path may hold CR or LF).
+std::string loggable(const std::string& s) {
+  std::string out = valid_utf8(s);
+  for (auto& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out;
+}
+
+// A value from the request, quoted in a message: valid UTF-8, at most about 200 bytes of it.
+std::string shown(const std::string& s) { return valid_utf8(s.size() > 200 ? s.substr(0, 200) + "…" : s); }
+
+// Never throws: it runs in handlers' catch blocks and in httplib's error path, where an exception
+// would end the process.
+void send_error(httplib::Response& res, int status, const std::string& message) noexcept {
   res.status = status;
-  res.set_content(nlohmann::json{{"error", message}, {"status", status}}.dump(), "application/json");
+  try {
+    res.set_content(nlohmann::json{{"error", valid_utf8(message)}, {"status", status}}.dump(), "application/json");
+  } catch (...) {
+    res.body = R"({"error":"internal error","status":500})";
+    res.status = 500;
+    res.set_header("Content-Type", "application/json");
+  }
 }
 
 int status_for(InputError::Kind k) {
@@ -67,16 +122,6 @@ struct HttpError {
   std::string message;
 };
 
-// httplib's listening socket has a backlog of 5 (fixed when Debian built the library): a burst
-// of connections would see dropped SYNs and second-long retries. Listening again on the bound
-// socket raises the backlog.
-class HttpServer : public httplib::Server {
- public:
-  void raise_backlog(int n) {
-    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, n);
-  }
-};
-
 }  // namespace
 
 struct Server::Impl {
@@ -87,7 +132,6 @@ struct Server::Impl {
   int slots = 0;                 // engines + max_queue: requests past admission at most
   std::atomic<int> admitted{0};  // requests past admission now
   int port = -1;
-  std::atomic<bool> in_run{false}, stopping{false};
   std::atomic<uint64_t> n_requests{0}, n_ok{0}, n_client{0}, n_busy{0}, n_server{0};
 
   void log(const std::string& line) const {
@@ -151,6 +195,9 @@ struct Server::Impl {
     if (!ok) {
       res.set_header("Connection", "close");  // the rest of the body was not read
       if (too_big || res.status == 413) throw HttpError{413, ""};  // message from the error handler
+      if (HttpServer::request_timed_out())
+        throw HttpError{408, "the request body arrived too slowly (it is due within " + seconds_text(opt.body_timeout) +
+                                 " s plus 1 s per " + std::to_string(opt.min_body_rate) + " bytes)"};
       throw HttpError{400, "the request body could not be read (malformed or interrupted upload)"};
     }
     return body;
@@ -160,7 +207,7 @@ struct Server::Impl {
     const auto t0 = Clock::now();
     const std::string format = req.has_param("format") ? req.get_param_value("format") : "ids";
     if (format != "ids" && format != "color" && format != "overlay" && format != "json")
-      throw HttpError{400, "unknown format '" + format + "' (expected ids, color, overlay or json)"};
+      throw HttpError{400, "unknown format '" + shown(format) + "' (expected ids, color, overlay or json)"};
     double alpha = 0.5;
     if (req.has_param("alpha")) {
       const std::string a = req.get_param_value("alpha");
@@ -169,13 +216,13 @@ struct Server::Impl {
         alpha = std::stod(a, &used);
         if (used != a.size()) throw std::invalid_argument(a);
       } catch (const std::exception&) {
-        throw HttpError{400, "alpha must be a number in [0, 1], got '" + a + "'"};
+        throw HttpError{400, "alpha must be a number in [0, 1], got '" + shown(a) + "'"};
       }
-      if (!(alpha >= 0 && alpha <= 1)) throw HttpError{400, "alpha must be in [0, 1], got '" + a + "'"};
+      if (!(alpha >= 0 && alpha <= 1)) throw HttpError{400, "alpha must be in [0, 1], got '" + shown(a) + "'"};
     }
     const std::string picture = req.has_param("image") ? req.get_param_value("image") : "";
     if (!picture.empty() && picture != "overlay" && picture != "color")
-      throw HttpError{400, "image must be overlay or color, got '" + picture + "'"};
+      throw HttpError{400, "image must be overlay or color, got '" + shown(picture) + "'"};
     const std::string* body = &image;
 
     // Cheap checks first (empty, not an image, unsupported, too many pixels): they answer even when busy.
@@ -238,8 +285,11 @@ struct Server::Impl {
     if (opt.max_queue < 0) throw std::invalid_argument("max_queue must be ≥ 0, got " + std::to_string(opt.max_queue));
     if (opt.max_bytes == 0) throw std::invalid_argument("max_bytes must be > 0");
     if (opt.max_pixels <= 0) throw std::invalid_argument("max_pixels must be > 0");
+    if (opt.max_connections <= 0) throw std::invalid_argument("max_connections must be > 0");
+    if (!(opt.head_timeout > 0) || !(opt.body_timeout >= 0) || !(opt.stop_grace >= 0))
+      throw std::invalid_argument("head_timeout must be > 0, body_timeout and stop_grace ≥ 0");
     slots = po.engines + opt.max_queue;
-    const int threads = opt.http_threads > 0 ? opt.http_threads : slots + 8;
+    const int body_slots = opt.http_threads > 0 ? opt.http_threads : slots + 8;
 
     const ModelMeta& m = pred->meta();
     nlohmann::json pal = nlohmann::json::array();
@@ -260,7 +310,7 @@ struct Server::Impl {
         {"backend", pred->backend()},
         {"device", po.device},
         {"limits", {{"max_bytes", opt.max_bytes}, {"max_pixels", opt.max_pixels}, {"max_queue", opt.max_queue}}},
-    }.dump();
+    }.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a file name is any bytes
 
     // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
     // server share the port silently instead of failing.
@@ -268,7 +318,16 @@ struct Server::Impl {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    // A thread per connection, deadlines per request (see http_server.h); a read or write making
+    // no progress for 10 s fails too.
+    ConnectionLimits limits;
+    limits.max_connections = opt.max_connections;
+    limits.body_slots = body_slots;
+    limits.head_timeout = opt.head_timeout;
+    limits.body_timeout = opt.body_timeout;
+    limits.min_body_rate = opt.min_body_rate;
+    http.set_limits(limits);
+    http.set_notice([this](const std::string& line) { log(line); });
     http.set_payload_max_length(opt.max_bytes);
     http.set_read_timeout(10, 0);
     http.set_write_timeout(10, 0);
@@ -301,20 +360,44 @@ struct Server::Impl {
                   send_error(res, status_for(e.kind()), e.what());
                 }
               });
-    // Errors decided by httplib itself (404, 413 over max_bytes, 400 malformed requests) get a JSON body too.
+    // Other methods on /v1/segment: 405, not 404. Any body is left unread, so the connection closes.
+    auto not_allowed = [](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Allow", "POST");
+      if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) res.set_header("Connection", "close");
+      send_error(res, 405, "method not allowed: " + req.method + " /v1/segment (use POST)");
+    };
+    auto not_allowed_body = [not_allowed](const httplib::Request& req, httplib::Response& res,
+                                          const httplib::ContentReader&) { not_allowed(req, res); };
+    http.Get("/v1/segment", not_allowed);
+    http.Put("/v1/segment", not_allowed);
+    http.Put("/v1/segment", not_allowed_body);
+    http.Patch("/v1/segment", not_allowed);
+    http.Patch("/v1/segment", not_allowed_body);
+    http.Delete("/v1/segment", not_allowed);
+    http.Delete("/v1/segment", not_allowed_body);
+    // Errors decided by httplib itself (404, 413 over max_bytes, 400 malformed requests, a head
+    // that missed its deadline) get a JSON body too. httplib calls this outside its try block:
+    // nothing may escape (send_error does not throw; the path is made valid UTF-8 first).
     http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
+      if (res.status == 400 && HttpServer::request_timed_out()) res.status = 408;
       std::string msg;
       switch (res.status) {
-        case 404: msg = "no such endpoint: " + req.method + " " + req.path; break;
+        case 404: msg = "no such endpoint: " + req.method + " " + shown(req.path); break;
         case 413: msg = "request body too large (the limit is " + std::to_string(opt.max_bytes) + " bytes)"; break;
         case 400: msg = "malformed HTTP request"; break;
-        case 405: msg = "method not allowed: " + req.method + " " + req.path; break;
+        case 405: msg = "method not allowed: " + req.method + " " + shown(req.path); break;
+        case 408: msg = "the request head did not arrive within " + seconds_text(opt.head_timeout) + " s"; break;
         case 414: msg = "request URI too long"; break;
         default: msg = "HTTP error " + std::to_string(res.status); break;
       }
+      // After these the rest of the request is unread or unknown: the connection cannot go on.
+      if (res.status == 400 || res.status == 408 || res.status == 413 || res.status == 414)
+        res.set_header("Connection", "close");
       send_error(res, res.status, msg);
     });
+    // The last resort for what a handler throws (a library message may hold any bytes: send_error
+    // makes it valid UTF-8).
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string msg = "internal error";
       try {
@@ -332,15 +415,19 @@ struct Server::Impl {
       else if (res.status < 500) n_client++;
       else n_server++;
       if (!opt.log) return;
-      std::string line = req.method + " " + req.path;
-      if (req.has_param("format")) line += "?format=" + req.get_param_value("format");
-      line += " " + std::to_string(res.status) + " " + std::to_string(res.body.size()) + " B";
-      if (res.has_header("X-Latency-Ms")) line += " " + res.get_header_value("X-Latency-Ms") + " ms";
-      if (res.status >= 400 && res.get_header_value("Content-Type") == "application/json") {
-        auto j = nlohmann::json::parse(res.body, nullptr, false);
-        if (j.is_object() && j.contains("error")) line += " (" + j["error"].get<std::string>() + ")";
+      try {  // runs outside httplib's try block too
+        std::string line = req.method + " " + req.path;
+        if (req.has_param("format")) line += "?format=" + req.get_param_value("format");
+        line += " " + std::to_string(res.status) + " " + std::to_string(res.body.size()) + " B";
+        if (res.has_header("X-Latency-Ms")) line += " " + res.get_header_value("X-Latency-Ms") + " ms";
+        if (res.status >= 400 && res.get_header_value("Content-Type") == "application/json") {
+          auto j = nlohmann::json::parse(res.body, nullptr, false);
+          if (j.is_object() && j.contains("error") && j["error"].is_string())
+            line += " (" + j["error"].get<std::string>() + ")";
+        }
+        log(loggable(line));
+      } catch (...) {
       }
-      log(line);
     });
   }
 };
@@ -368,6 +455,8 @@ int Server::bind() {
     throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(port) +
                              " (address in use, not permitted, or not an address of this machine)");
   }
+  // httplib's listening socket has a backlog of 5 (fixed when Debian built the library): a burst
+  // of connections would see dropped SYNs and second-long retries.
   impl_->http.raise_backlog(SOMAXCONN);
   impl_->port = port;
   return port;
@@ -375,18 +464,10 @@ int Server::bind() {
 
 void Server::run() {
   bind();
-  impl_->in_run = true;
-  if (!impl_->stopping) impl_->http.listen_after_bind();  // returns after stop(), its workers joined
-  impl_->in_run = false;
+  impl_->http.serve();  // returns after stop(), its connections closed and their threads joined
 }
 
-void Server::stop() {
-  impl_->stopping = true;
-  // run() may be between its check and httplib's start: wait until httplib runs, then stop it.
-  for (int i = 0; i < 5000 && impl_->in_run && !impl_->http.is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  impl_->http.stop();
-}
+void Server::stop() { impl_->http.stop(impl_->opt.stop_grace); }
 
 int Server::port() const { return impl_->port; }
 
@@ -395,7 +476,7 @@ Server::Stats Server::stats() const {
   s.requests = impl_->n_requests;
   s.ok = impl_->n_ok;
   s.client_errors = impl_->n_client;
-  s.rejected_busy = impl_->n_busy;
+  s.rejected_busy = impl_->n_busy + impl_->http.refused();
   s.server_errors = impl_->n_server;
   return s;
 }

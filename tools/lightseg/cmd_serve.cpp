@@ -1,6 +1,8 @@
 // lightseg serve: the HTTP service and its web page (library: src/serve).
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -39,6 +41,8 @@ void add_serve(CLI::App& app, Args& a) {
     size_t max_bytes = 16u << 20;
     int64_t max_pixels = 4096 * 1024;
     int queue = 32;
+    double grace = 10;
+    int max_connections = 1000;
   };
   static ServeArgs s;
   sub->add_option("--max-bytes", s.max_bytes, "Largest request body in bytes (larger: 413)")
@@ -50,6 +54,12 @@ void add_serve(CLI::App& app, Args& a) {
   sub->add_option("--queue", s.queue, "Requests that may wait for the network (more: 503)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub->add_option("--grace", s.grace, "Seconds SIGTERM/SIGINT gives the requests in flight before closing their connections")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--max-connections", s.max_connections, "Open connections at most (more: 503)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->callback([&a]() {
 #if LIGHTSEG_HAVE_SERVER
     const int threads = init_runtime(a.threads);
@@ -58,6 +68,9 @@ void add_serve(CLI::App& app, Args& a) {
     po.device = a.device;
     po.backend = a.backend;
     po.dtype = precision_type(a.precision);
+    // The same limit in the decoder, checked after its header and before any pixel is decoded
+    // (the server checks the header first; the predictor holds whatever the decoder reads).
+    po.max_pixels = s.max_pixels;
     auto predictor = std::make_shared<const Predictor>(po);
 
     ServerOptions so;
@@ -66,9 +79,20 @@ void add_serve(CLI::App& app, Args& a) {
     so.max_bytes = s.max_bytes;
     so.max_pixels = s.max_pixels;
     so.max_queue = s.queue;
+    so.stop_grace = s.grace;
+    so.max_connections = s.max_connections;
     so.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     Server server(predictor, so);
     const int port = server.bind();
+    // Every open connection is a file descriptor: make room for --max-connections of them (the
+    // soft limit is often 1024), as far as the hard limit allows.
+    if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      const rlim_t want = static_cast<rlim_t>(s.max_connections) + 256;
+      if (rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+      }
+    }
 
     if (::pipe(g_signal_pipe) != 0) throw std::runtime_error("pipe() failed");
     struct sigaction sa {};
@@ -82,15 +106,18 @@ void add_serve(CLI::App& app, Args& a) {
       while (::read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
       }
       if (c != 0) {
-        std::fprintf(stderr, "%s: finishing the requests in flight, then exiting (again to quit at once)\n",
-                     c == SIGINT ? "SIGINT" : "SIGTERM");
+        std::fprintf(stderr, "%s: finishing the requests in flight (at most %g s), then exiting (again to quit at once)\n",
+                     c == SIGINT ? "SIGINT" : "SIGTERM", s.grace);
         server.stop();
       }
     });
 
-    std::fprintf(stderr, "weights %s (%s, %lld parameters), backend %s, %d threads; limits: %zu bytes, %lld pixels, queue %d\n",
+    std::fprintf(stderr,
+                 "weights %s (%s, %lld parameters), backend %s, %d threads; limits: %zu bytes, %lld pixels, queue %d, "
+                 "%d connections\n",
                  po.weights.c_str(), predictor->meta().dataset.c_str(), static_cast<long long>(predictor->parameters()),
-                 predictor->backend().c_str(), threads, s.max_bytes, static_cast<long long>(s.max_pixels), s.queue);
+                 predictor->backend().c_str(), threads, s.max_bytes, static_cast<long long>(s.max_pixels), s.queue,
+                 s.max_connections);
     std::printf("serving on http://%s:%d/ (Ctrl-C stops)\n", a.host.c_str(), port);
     std::fflush(stdout);
     server.run();
