@@ -134,6 +134,97 @@ TEST(SegmentCli, BadInputsFailWithAClearMessage) {
   fs::remove_all(dir);
 }
 
+TEST(SegmentCli, NoOutputReplacesAnInputOrAnotherOutput) {
+  // Every output path of the run is checked against every input and every other output
+  // before anything is written, whatever --format says.
+  fx::one_thread();
+  auto dir = fx::temp_dir("segment_clash");
+  const std::string weights = fx::random_weights(dir);
+  auto img = fx::shapes_sample(32, 40, 8).first;
+  const fs::path in = dir / "in";
+  fs::create_directories(in);
+  write_jpeg((in / "photo.jpg").string(), img);
+  write_png((in / "photo_color.png").string(), img);
+  write_png((in / "photo_overlay.png").string(), img);
+  auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(in)) files[e.path().string()] = read_file(e.path().string());
+    return files;
+  };
+  const auto before = snapshot();
+  // photo.jpg's colour mask (overlay) would be written over the input photo_color.png (photo_overlay.png)
+  for (const char* format : {"color", "overlay", "all"}) {
+    SCOPED_TRACE(format);
+    auto r = fx::run_cli({"segment", in.string(), "--weights", weights, "--out", in.string(), "--format", format}, dir);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.err.find("would replace"), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot(), before);  // nothing modified, nothing added
+  }
+  // the same through another spelling of the folder
+  auto r = fx::run_cli({"segment", (in / "photo.jpg").string(), (in / "photo_color.png").string(), "--weights", weights,
+                        "--out", (in / "." / ".." / "in").string(), "--format", "color"},
+                       dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("would replace"), std::string::npos) << r.err;
+  EXPECT_EQ(snapshot(), before);
+
+  // two inputs whose outputs collide: an error (not a silent overwrite, not a renamed output)
+  fs::create_directories(dir / "two");
+  write_png((dir / "two" / "a.png").string(), img);
+  write_png((dir / "two" / "a_color.png").string(), img);  // its ids file is a.png's colour mask
+  const fs::path out = dir / "o";
+  r = fx::run_cli({"segment", (dir / "two").string(), "--weights", weights, "--out", out.string(), "--format", "all"}, dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("would both be written"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a_color.png"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  // ... but with --format ids they do not collide
+  r = fx::run_cli({"segment", (dir / "two").string(), "--weights", weights, "--out", out.string(), "--format", "ids"}, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out / "a.png"));
+  EXPECT_TRUE(fs::exists(out / "a_color.png"));
+  fs::remove_all(out);
+  // a.png and a.jpg would both be a.png
+  write_jpeg((dir / "two" / "a.jpg").string(), img);
+  r = fx::run_cli({"segment", (dir / "two").string(), "--weights", weights, "--out", out.string(), "--format", "ids"}, dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("would both be written"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(dir);
+}
+
+TEST(SegmentCli, AFailedWriteCountsItsInputOnce) {
+  // An output that cannot be written fails its input: the summary counts inputs, not outputs.
+  fx::one_thread();
+  auto dir = fx::temp_dir("segment_writefail");
+  const std::string weights = fx::random_weights(dir);
+  auto img = fx::shapes_sample(32, 40, 9).first;
+  write_png((dir / "good.png").string(), img);
+  write_png((dir / "bad.png").string(), img);
+  const fs::path out = dir / "o";
+  fs::create_directories(out / "bad_color.png" / "in_the_way");  // a folder where bad's colour mask goes
+  auto r = fx::run_cli({"segment", (dir / "good.png").string(), (dir / "bad.png").string(), "--weights", weights,
+                        "--out", out.string(), "--format", "all", "--json"},
+                       dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("bad_color.png"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 of 2 inputs could not be segmented"), std::string::npos) << r.err;
+  ASSERT_NE(r.out.rfind('{'), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_EQ(j["images"], 1);
+  EXPECT_EQ(j["failed"], 1);
+  EXPECT_EQ(j["files"], 4);  // good's three and bad's ids, written before the failure
+  EXPECT_NE(r.out.find("segmented 1 images"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out / "good_overlay.png"));
+  EXPECT_TRUE(fs::is_directory(out / "bad_color.png"));
+  EXPECT_FALSE(fs::exists(out / "bad_color.png.tmp"));  // no temporary left behind
+  // one input alone
+  r = fx::run_cli({"segment", (dir / "bad.png").string(), "--weights", weights, "--out", out.string()}, dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("1 of 1 inputs could not be segmented"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
 TEST(SegmentCli, VideoRoundTrip) {
   fx::one_thread();
 #if LIGHTSEG_HAVE_OPENCV

@@ -2,11 +2,23 @@
 // checkpoints never overwritten by accident; eval --save consistency.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <fstream>
+#include <future>
 #include <limits>
 #include <map>
+#include <thread>
 
 #include "lightseg/dataset.h"
+#include "lightseg/distributed.h"
 #include "lightseg/engine.h"
 #include "lightseg/eval.h"
 #include "lightseg/train.h"
@@ -220,6 +232,187 @@ TEST(Train, RefusesToOverwriteARunWithoutResume) {
   auto o2 = tiny(dir / "data", dir / "run2");
   o2.batch = 16;
   EXPECT_THROW(train(o2, {}), std::runtime_error);
+  fs::remove_all(dir);
+}
+
+// A PID that no process has: a child that has exited and been reaped.
+static pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+TEST(Train, ResumeRemovesStaleTemporariesOfKilledCheckpointWrites) {
+  // kill -9 during a checkpoint write leaves NAME.tmp.PID behind; the next run in the folder
+  // removes those of its own files whose writer is gone, and nothing else.
+  auto dir = fixtures::temp_dir("staletmp");
+  fixtures::make_shapes_dataset(dir / "data", 4, 1);
+  auto o = tiny(dir / "data", dir / "run");
+  o.epochs = 1;
+  o.val_every = 1;
+  o.loss = "ce";
+  ASSERT_TRUE(train(o, {}).finished);
+  const fs::path run = dir / "run";
+  const std::string best_before = read_file((run / "best.lsw").string());
+  const std::string dead = std::to_string(dead_pid());
+  const std::vector<std::string> stale = {"last.lsw.tmp." + dead, "best.lsw.tmp." + dead, "log.jsonl.tmp." + dead,
+                                          "curve.svg.tmp." + dead};
+  const std::vector<std::string> kept = {
+      "last.lsw.tmp.1",            // its writer (pid 1) is alive
+      "notes.txt.tmp." + dead,     // not a file of the run
+      "last.lsw.tmp.x" + dead,     // not a PID
+      "last.lsw.tmp"};
+  for (const auto& n : stale) std::ofstream(run / n) << std::string(1000, 'x');
+  for (const auto& n : kept) std::ofstream(run / n) << "keep";
+  o.resume = true;
+  o.epochs = 2;
+  std::vector<std::string> messages;
+  TrainCallbacks cb;
+  cb.on_message = [&](const std::string& m) { messages.push_back(m); };
+  auto r = train(o, cb);
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.history.size(), 2u);  // resumed from the intact checkpoint of epoch 1
+  for (const auto& n : stale) EXPECT_FALSE(fs::exists(run / n)) << n;
+  for (const auto& n : kept) EXPECT_TRUE(fs::exists(run / n)) << n;
+  bool said = false;
+  for (const auto& m : messages) said = said || (m.find("stale") != std::string::npos && m.find("last.lsw.tmp." + dead) != std::string::npos);
+  EXPECT_TRUE(said) << "no message names the removed temporaries";
+  EXPECT_EQ(read_weights((run / "last.lsw").string()).extra["train"]["epoch"].get<int>(), 2);
+  // best.lsw: rewritten only if epoch 2 scored higher; either way a complete weights file
+  EXPECT_NO_THROW(read_weights((run / "best.lsw").string()));
+  if (r.best_miou == r.history[0].miou) EXPECT_EQ(read_file((run / "best.lsw").string()), best_before);
+  fs::remove_all(dir);
+}
+
+TEST(Train, ARunFolderTakesOneTrainerAtATime) {
+  // A second trainer on a folder in use fails at once, naming the folder and the holder;
+  // once the first has ended (or died: the lock goes with the process) the folder is free.
+  auto dir = fixtures::temp_dir("runlock");
+  fixtures::make_shapes_dataset(dir / "data", 4, 1);
+  auto o = tiny(dir / "data", dir / "run");
+  o.epochs = 1;
+  o.val_every = 0;
+  o.loss = "ce";
+  o.resume = true;
+  // A .lock file left by a killed trainer (nobody holds it) does not block.
+  fs::create_directories(dir / "run");
+  std::ofstream(dir / "run" / ".lock") << "999999999 nowhere\n";
+  std::promise<void> started, release;
+  auto released = release.get_future().share();
+  TrainCallbacks first;
+  bool waited = false;
+  first.on_iteration = [&](const TrainProgress&) {
+    if (waited) return;
+    waited = true;
+    started.set_value();
+    released.wait_for(std::chrono::minutes(5));  // bounded, should the test fail before releasing
+  };
+  auto running = std::async(std::launch::async, [&] { return train(o, first); });
+  ASSERT_EQ(started.get_future().wait_for(std::chrono::minutes(5)), std::future_status::ready);
+  bool second_trained = false;
+  TrainCallbacks second;
+  second.on_iteration = [&](const TrainProgress&) { second_trained = true; };
+  try {
+    train(o, second);
+    ADD_FAILURE() << "a second trainer started on a folder in use";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find((dir / "run").string()), std::string::npos) << m;
+    EXPECT_NE(m.find("in use"), std::string::npos) << m;
+    EXPECT_NE(m.find("process " + std::to_string(::getpid())), std::string::npos) << m;
+  }
+  EXPECT_FALSE(second_trained);
+  // held by someone else than a trainer (here: the test itself, through its own descriptor)
+  release.set_value();
+  ASSERT_TRUE(running.get().finished);
+  {
+    const int fd = ::open((dir / "run" / ".lock").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the first trainer still holds the lock after it ended";
+    auto o2 = o;
+    o2.epochs = 2;
+    EXPECT_THROW(train(o2, {}), std::runtime_error);
+    ::close(fd);
+  }
+  // free again: the run continues
+  auto o3 = o;
+  o3.epochs = 2;
+  auto r = train(o3, {});
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.history.size(), 2u);
+  fs::remove_all(dir);
+}
+
+// A TCP port nobody listens on now (the kernel's pick), for an in-process rendezvous.
+static int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return 29765;
+  const int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Both ranks of a 2-rank run as threads of this process, on one run folder; the errors they
+// ended with (empty: finished).
+static std::vector<std::string> train_two_ranks(const TrainOptions& base) {
+  const int port = free_port();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        DistConfig dc;
+        dc.rank = r;
+        dc.world = 2;
+        dc.master_port = port;
+        dc.backend = "gloo";
+        dc.timeout = std::chrono::seconds(60);  // a rank left waiting fails the test, not hangs it
+        auto col = Collective::create(dc, torch::kCPU);
+        auto o = base;
+        o.rank = r;
+        o.world = 2;
+        if (!train(o, {}, col).finished) errors[r] = "not finished";
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (errors[r].empty()) errors[r] = "exception";
+      }
+    });
+  for (auto& t : ranks) t.join();
+  return errors;
+}
+
+TEST(Train, DistributedRanksShareTheRunFolderLockOfRankZero) {
+  // Only rank 0 writes the folder and only it locks it (ranks on one machine would otherwise
+  // lock each other out); when it cannot, every rank fails at once with the reason.
+  auto dir = fixtures::temp_dir("distlock");
+  fixtures::make_shapes_dataset(dir / "data", 4, 1);
+  auto o = tiny(dir / "data", dir / "run");
+  o.epochs = 1;
+  o.batch = 2;
+  o.val_every = 0;
+  o.loss = "ce";
+  o.workers = 1;
+  auto errors = train_two_ranks(o);
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  const int fd = ::open((dir / "run" / ".lock").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // held by the test now
+  o.resume = true;
+  o.epochs = 2;
+  errors = train_two_ranks(o);
+  ::close(fd);
+  EXPECT_NE(errors[0].find("in use"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 0 could not lock the run folder"), std::string::npos) << errors[1];
+  EXPECT_EQ(read_weights((dir / "run" / "last.lsw").string()).extra["train"]["epoch"].get<int>(), 1);
   fs::remove_all(dir);
 }
 

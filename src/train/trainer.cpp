@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -20,6 +21,7 @@
 #include "lightseg/train.h"
 #include "lightseg/transforms.h"
 #include "lightseg/weights.h"
+#include "run_folder.h"
 
 namespace lightseg {
 
@@ -147,6 +149,44 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   fs::create_directories(o.out_dir);
   const fs::path out(o.out_dir);
   const std::string last_path = (out / "last.lsw").string(), best_path = (out / "best.lsw").string();
+
+  // One trainer per run folder: two would overwrite each other's checkpoints and log. Only
+  // rank 0 writes the folder, so only rank 0 locks it (other ranks on its machine would
+  // otherwise find it locked by rank 0); the others learn of its failure here, at once,
+  // rather than when the process group times out waiting for it.
+  std::unique_ptr<RunFolderLock> lock;
+  std::string lock_error;
+  if (lead) {
+    try {
+      lock = std::make_unique<RunFolderLock>(o.out_dir);
+    } catch (const std::exception& e) {
+      lock_error = e.what();
+    }
+  }
+  if (col) {
+    auto failed = torch::tensor({lock_error.empty() ? 0.0 : 1.0}, torch::kDouble);
+    col->allreduce_sum(failed);
+    if (failed.item<double>() > 0 && lock_error.empty())
+      throw std::runtime_error("rank 0 could not lock the run folder '" + o.out_dir + "' (see its message)");
+  }
+  if (!lock_error.empty()) throw std::runtime_error(lock_error);
+  if (lock && !lock->unsupported().empty())
+    say("warning: cannot lock the run folder " + o.out_dir + " (" + lock->unsupported() +
+        "): a second training on it would not be stopped");
+  if (lead) {
+    // A kill during a write leaves NAME.tmp.PID behind for good (write_file_atomic); with the
+    // folder locked none of these is in progress.
+    auto stale = remove_stale_temporaries(o.out_dir, {"last.lsw", "best.lsw", "log.jsonl", "curve.svg", "class_weights.json"});
+    if (!stale.removed.empty()) {
+      std::string names;
+      for (const auto& n : stale.removed) names += (names.empty() ? "" : ", ") + n;
+      char mb[32];
+      std::snprintf(mb, sizeof mb, "%.1f MB", stale.bytes / 1e6);
+      say("removed " + std::to_string(stale.removed.size()) + " stale temporary file(s) of interrupted checkpoint writes (" +
+          mb + ") from " + o.out_dir + ": " + names);
+    }
+    for (const auto& k : stale.kept) say("left " + k + " in " + o.out_dir + ": not removed while its writer may be at work");
+  }
 
   // ---------------------------------------------------------------- state (fresh or resumed)
   int start_epoch = 0;

@@ -1,4 +1,6 @@
 // lightseg segment: images, folders, videos and cameras → label-id PNGs, colour masks, overlays.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -67,7 +69,7 @@ bool is_video_ext(const std::string& e) {
   return v.count(e) > 0;
 }
 
-std::vector<Job> collect_jobs(const std::vector<std::string>& inputs, const fs::path& out, const Outputs& o) {
+std::vector<Job> collect_jobs(const std::vector<std::string>& inputs) {
   std::vector<Job> jobs;
   for (const auto& in : inputs) {
     fs::path p(in);
@@ -93,21 +95,107 @@ std::vector<Job> collect_jobs(const std::vector<std::string>& inputs, const fs::
       jobs.push_back({p, p.stem().string(), video});
     }
   }
-  // Two inputs must not write the same file, and no output may replace an input.
-  std::map<std::string, fs::path> seen;
-  for (const auto& j : jobs) {
-    auto [it, fresh] = seen.emplace(j.stem, j.input);
-    if (!fresh)
-      throw std::runtime_error("'" + it->second.string() + "' and '" + j.input.string() + "' would both be written as " +
-                               (out / j.stem).string() + "*; segment them into different --out folders");
-    if (!j.video && o.ids) {
-      fs::path target = out / (j.stem + ".png");
-      std::error_code ec;
-      if (fs::exists(target, ec) && fs::equivalent(target, j.input, ec))
-        throw std::runtime_error("writing " + target.string() + " would replace its input; choose another --out");
-    }
-  }
   return jobs;
+}
+
+// A file's identity (device, inode): the same file whatever the path's spelling, symbolic
+// links, hard links or bind mounts.
+using FileId = std::pair<uint64_t, uint64_t>;
+bool file_id(const fs::path& p, FileId& id) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return false;
+  id = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return true;
+}
+
+// The path with symbolic links resolved as far as it exists.
+std::string canonical_key(const fs::path& p) {
+  std::error_code ec;
+  fs::path c = fs::weakly_canonical(p, ec);
+  return ec ? fs::absolute(p, ec).lexically_normal().string() : c.string();
+}
+
+// Video label ids go into a folder as 000000.png, 000001.png, ...
+bool is_frame_name(const std::string& f) {
+  return f.size() >= 10 && f.compare(f.size() - 4, 4, ".png") == 0 &&
+         f.find_first_not_of("0123456789") == f.size() - 4;
+}
+
+// Every path the run writes is checked, before anything is written, against every input
+// (no output may replace one) and every other output (two inputs must not write the same
+// file: an error rather than a renamed output, so that NAME → NAME.png etc. always holds).
+void check_outputs(const std::vector<Job>& jobs, int camera, const fs::path& out, const Outputs& o) {
+  struct Target {
+    fs::path path;
+    std::string from;     // the input it comes from
+    size_t job;           // jobs.size(): the camera
+    bool folder = false;  // video label ids: frame files inside
+  };
+  std::vector<Target> targets;
+  auto add_video = [&](const fs::path& base, const std::string& from, size_t job) {
+    if (o.ids) targets.push_back({base.string() + "_ids", from, job, true});
+    if (o.color) targets.push_back({base.string() + "_color.avi", from, job});
+    if (o.overlay) targets.push_back({base.string() + "_overlay.avi", from, job});
+  };
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const fs::path base = out / jobs[i].stem;
+    if (jobs[i].video) {
+      add_video(base, jobs[i].input.string(), i);
+      continue;
+    }
+    if (o.ids) targets.push_back({base.string() + ".png", jobs[i].input.string(), i});
+    if (o.color) targets.push_back({base.string() + "_color.png", jobs[i].input.string(), i});
+    if (o.overlay) targets.push_back({base.string() + "_overlay.png", jobs[i].input.string(), i});
+  }
+  if (camera >= 0) add_video(out / ("camera" + std::to_string(camera)), "camera " + std::to_string(camera), jobs.size());
+
+  // Against the inputs, by identity: only a target that exists can be one.
+  std::map<FileId, size_t> input_ids;
+  std::map<FileId, std::vector<size_t>> input_dirs;  // parent folder → inputs named like frames
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    FileId id;
+    if (file_id(jobs[i].input, id)) input_ids.emplace(id, i);
+    if (is_frame_name(jobs[i].input.filename().string()) &&
+        file_id(jobs[i].input.has_parent_path() ? jobs[i].input.parent_path() : fs::path("."), id))
+      input_dirs[id].push_back(i);
+  }
+  for (const auto& t : targets) {
+    FileId id;
+    if (!file_id(t.path, id)) continue;
+    if (t.folder) {
+      auto it = input_dirs.find(id);
+      if (it != input_dirs.end())
+        throw std::runtime_error("writing the frames of '" + t.from + "' into " + t.path.string() +
+                                 " would replace the input '" + jobs[it->second.front()].input.string() +
+                                 "'; choose another --out");
+      continue;
+    }
+    auto it = input_ids.find(id);
+    if (it == input_ids.end()) continue;
+    if (it->second == t.job)
+      throw std::runtime_error("writing " + t.path.string() + " would replace its input; choose another --out");
+    throw std::runtime_error("writing " + t.path.string() + " (from '" + t.from + "') would replace the input '" +
+                             jobs[it->second].input.string() + "'; choose another --out");
+  }
+
+  // Against each other, by canonical path (most do not exist yet).
+  std::map<std::string, const Target*> seen;
+  std::map<std::string, const Target*> frame_folders;
+  for (const auto& t : targets) {
+    const std::string key = canonical_key(t.path);
+    auto [it, fresh] = seen.emplace(key, &t);
+    if (!fresh)
+      throw std::runtime_error("'" + it->second->from + "' and '" + t.from + "' would both be written to " +
+                               t.path.string() + ": rename one, or segment them into different --out folders");
+    if (t.folder) frame_folders.emplace(key, &t);
+  }
+  for (const auto& t : targets) {
+    if (t.folder || !is_frame_name(t.path.filename().string())) continue;
+    auto it = frame_folders.find(canonical_key(t.path.parent_path()));
+    if (it != frame_folders.end())
+      throw std::runtime_error("'" + it->second->from + "' and '" + t.from + "' would both be written to " +
+                               t.path.string() + ": rename one, or segment them into different --out folders");
+  }
 }
 
 // Plain write through a temporary name (no half-written outputs after a crash or Ctrl-C).
@@ -117,32 +205,53 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
   {
     std::ofstream f(tmp, std::ios::binary);
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) throw std::runtime_error("cannot write '" + tmp.string() + "'");
+    if (!f) {
+      f.close();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write '" + tmp.string() + "'");
+    }
   }
-  fs::rename(tmp, path);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw std::runtime_error("cannot write '" + path.string() + "': " + ec.message());
+  }
 }
 
-int write_image_outputs(const fs::path& base, const Outputs& o, const torch::Tensor& image, const torch::Tensor& labels,
-                        const ModelMeta& meta, double alpha) {
-  fs::create_directories(base.parent_path());
-  int n = 0;
-  if (o.ids) {
-    write_bytes(base.string() + ".png", encode_png(labels));
-    ++n;
+// One image's files; a failure stops its remaining ones. What was written is counted either way.
+struct Written {
+  int files = 0;
+  std::string error;
+};
+Written write_image_outputs(const fs::path& base, const Outputs& o, const torch::Tensor& image,
+                            const torch::Tensor& labels, const ModelMeta& meta, double alpha) {
+  Written w;
+  try {
+    fs::create_directories(base.parent_path());
+    if (o.ids) {
+      write_bytes(base.string() + ".png", encode_png(labels));
+      ++w.files;
+    }
+    if (o.color) {
+      write_bytes(base.string() + "_color.png", encode_png(colorize(labels, meta.palette)));
+      ++w.files;
+    }
+    if (o.overlay) {
+      write_bytes(base.string() + "_overlay.png", encode_png(overlay(image, labels, meta.palette, alpha)));
+      ++w.files;
+    }
+  } catch (const std::exception& e) {
+    w.error = e.what();
   }
-  if (o.color) {
-    write_bytes(base.string() + "_color.png", encode_png(colorize(labels, meta.palette)));
-    ++n;
-  }
-  if (o.overlay) {
-    write_bytes(base.string() + "_overlay.png", encode_png(overlay(image, labels, meta.palette, alpha)));
-    ++n;
-  }
-  return n;
+  return w;
 }
 
+// Each input ends up in exactly one of images, videos and failed (the summary counts inputs).
 struct Totals {
-  int64_t images = 0, frames = 0, failed = 0, files = 0, pixels = 0;
+  int64_t images = 0, videos = 0, frames = 0, failed = 0, files = 0, pixels = 0;
   double network_s = 0;
 };
 
@@ -183,13 +292,18 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
   };
   const auto t0 = Clock::now();
   std::future<Decoded> next = std::async(std::launch::async, decode, 0);
-  std::future<int> writing;
+  // An image counts as segmented once its files are written; a write failure fails it instead.
+  std::future<Written> writing;
+  int64_t writing_pixels = 0;
   auto finish_write = [&] {
     if (!writing.valid()) return;
-    try {
-      t.files += writing.get();
-    } catch (const std::exception& e) {
-      line.print(std::string("error: ") + e.what());
+    const Written w = writing.get();
+    t.files += w.files;
+    if (w.error.empty()) {
+      ++t.images;
+      t.pixels += writing_pixels;
+    } else {
+      line.print("error: " + w.error);
       ++t.failed;
     }
   };
@@ -207,9 +321,8 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
     finish_write();
     writing = std::async(std::launch::async, write_image_outputs, out / jobs[i].stem, o, d.image, pr.labels,
                          std::cref(p.meta()), alpha);
-    ++t.images;
-    t.pixels += d.image.size(0) * d.image.size(1);
-    line.update(rate_line("images", t.images + t.failed, static_cast<int64_t>(jobs.size()), seconds_since(t0)));
+    writing_pixels = d.image.size(0) * d.image.size(1);
+    line.update(rate_line("images", static_cast<int64_t>(i) + 1, static_cast<int64_t>(jobs.size()), seconds_since(t0)));
   }
   finish_write();
   if (next.valid()) next.wait();
@@ -309,7 +422,8 @@ void add_segment(CLI::App& app, Args& a) {
     o.color = s.format == "color" || s.format == "all";
     o.overlay = s.format == "overlay" || s.format == "all";
     const fs::path out = a.out.empty() ? fs::path("out") : fs::path(a.out);
-    const auto jobs = collect_jobs(s.inputs, out, o);  // validates every input before any work
+    const auto jobs = collect_jobs(s.inputs);  // validates every input before any work
+    check_outputs(jobs, s.camera, out, o);
 
     init_runtime(a.threads);
     PredictorOptions po;
@@ -340,6 +454,7 @@ void add_segment(CLI::App& app, Args& a) {
       }
       try {
         segment_stream(cap, j.input.string(), out / j.stem, o, predictor, s.alpha, s.max_frames, line, t);
+        ++t.videos;
       } catch (const std::exception& e) {
         line.print(std::string("skipped: ") + e.what());
         ++t.failed;
@@ -372,7 +487,7 @@ void add_segment(CLI::App& app, Args& a) {
     }
     std::fflush(stdout);
     if (t.failed > 0)
-      throw std::runtime_error(std::to_string(t.failed) + " of " + std::to_string(t.failed + t.images) +
+      throw std::runtime_error(std::to_string(t.failed) + " of " + std::to_string(t.failed + t.images + t.videos) +
                                " inputs could not be segmented (see the messages above)");
   });
 }
