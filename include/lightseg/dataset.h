@@ -24,7 +24,9 @@ struct Sample {
 
 class SegDataset {
  public:
-  // kind: "camvid", "cityscapes" or "list". Throws when the layout is not found.
+  // kind: "camvid", "cityscapes" or "list". `split` is one split ("train", "val", "test", ...)
+  // or several joined by commas ("train,val"), their samples in that order; "trainval" means
+  // "train,val" unless the folder has a split of that name. Throws when a layout is not found.
   static SegDataset open(const std::string& kind, const std::string& root, const std::string& split);
   static SegDataset camvid(const std::string& root, const std::string& split);
   static SegDataset cityscapes(const std::string& root, const std::string& split);

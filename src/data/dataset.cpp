@@ -41,12 +41,44 @@ static void require_nonempty(const std::vector<Sample>& s, const std::string& wh
   if (s.empty()) throw std::runtime_error("no samples found for " + what);
 }
 
+static std::vector<std::string> split_names(const std::string& split) {
+  std::vector<std::string> out;
+  std::stringstream ss(split);
+  std::string s;
+  while (std::getline(ss, s, ','))
+    if (!s.empty()) out.push_back(s);
+  return out;
+}
+
+// Whether the folder has a split of that name of its own (a list file or the layout's folder).
+static bool has_split(const std::string& kind, const fs::path& r, const std::string& split) {
+  if (kind == "cityscapes") return fs::is_directory(r / "leftImg8bit" / split);
+  if (fs::exists(r / (split + ".txt"))) return true;
+  return kind == "camvid" && fs::is_directory(r / split);
+}
+
 SegDataset SegDataset::open(const std::string& kind, const std::string& root, const std::string& split) {
   if (!fs::is_directory(root)) throw std::runtime_error("dataset folder '" + root + "' does not exist");
-  if (kind == "camvid") return camvid(root, split);
-  if (kind == "cityscapes") return cityscapes(root, split);
-  if (kind == "list") return list(root, split);
-  throw std::invalid_argument("unknown dataset kind '" + kind + "' (expected camvid, cityscapes or list)");
+  if (kind != "camvid" && kind != "cityscapes" && kind != "list")
+    throw std::invalid_argument("unknown dataset kind '" + kind + "' (expected camvid, cityscapes or list)");
+  std::vector<std::string> names = split_names(split);
+  if (names.empty()) throw std::invalid_argument("empty split name");
+  // "trainval" is train + val unless the folder has a split of that name (the peers' protocol
+  // for CamVid: 367 + 101 images).
+  if (names.size() == 1 && names[0] == "trainval" && !has_split(kind, root, "trainval")) names = {"train", "val"};
+  auto one = [&](const std::string& s) {
+    if (kind == "camvid") return camvid(root, s);
+    if (kind == "cityscapes") return cityscapes(root, s);
+    return list(root, s);
+  };
+  SegDataset d = one(names[0]);
+  for (size_t i = 1; i < names.size(); ++i) {
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
+      throw std::invalid_argument("split '" + names[i] + "' named twice in '" + split + "'");
+    SegDataset more = one(names[i]);
+    d.samples_.insert(d.samples_.end(), more.samples_.begin(), more.samples_.end());
+  }
+  return d;
 }
 
 SegDataset SegDataset::camvid(const std::string& root, const std::string& split) {

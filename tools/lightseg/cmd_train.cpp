@@ -31,6 +31,7 @@ void on_signal(int) { g_stop = 1; }
 struct TrainArgs {
   int epochs = 500, batch = 8, val_every = 1, workers = 2;
   std::string crop = "360x480", optimizer = "adam", loss = "wce", init_weights;
+  std::string train_split = "train", val_split = "val";
   double lr = 1e-3, weight_decay = 2e-4, time_limit = 0;
   uint64_t seed = 1;
   bool resume = false;
@@ -126,6 +127,10 @@ void add_train(CLI::App& app, Args& a) {
   auto* o_tl = sub->add_option("--time-limit", t.time_limit, "Stop cleanly (checkpoint written) after this many minutes");
   sub->add_flag("--resume", t.resume, "Continue the run in --out where it stopped");
   auto* o_ve = sub->add_option("--val-every", t.val_every, "Evaluate on the val split every N epochs (0: never)")->capture_default_str();
+  auto* o_ts = sub->add_option("--train-split", t.train_split,
+                               "Split(s) to train on: one name, several joined by commas, or trainval (= train,val)")
+                   ->capture_default_str();
+  auto* o_vs = sub->add_option("--val-split", t.val_split, "Split scored every --val-every epochs")->capture_default_str();
   auto* o_seed = sub->add_option("--seed", t.seed, "Random seed")->capture_default_str();
   auto* o_workers = sub->add_option("--workers", t.workers, "Data-loading threads")->capture_default_str();
   auto* o_mi = sub->add_option("--max-iters", t.max_iters, "Cap iterations per epoch (smoke tests)");
@@ -143,7 +148,7 @@ void add_train(CLI::App& app, Args& a) {
   dist->add_flag("--no-overlap", t.no_overlap, "All-reduce gradients after backward instead of during it");
   dist->add_option("--dist-timeout", t.dist_timeout, "Seconds before a rank gives up on a dead or stuck peer")->capture_default_str();
   sub->callback([&a, sub, o_epochs, o_batch, o_crop, o_lr, o_wd, o_opt, o_loss, o_tl, o_ve, o_seed, o_workers, o_mi, o_init,
-                 o_prec]() {
+                 o_prec, o_ts, o_vs]() {
     if (t.nproc > 1) {
       const int total = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
       if (spawn_local_workers(t.nproc, total, g_argc, g_argv) != 0) throw std::runtime_error("distributed training failed");
@@ -181,6 +186,14 @@ void add_train(CLI::App& app, Args& a) {
     if (o_loss->count()) o.loss = t.loss;
     o.time_limit_min = o_tl->count() ? t.time_limit : 0;
     if (o_ve->count()) o.val_every = t.val_every;
+    if (o_ts->count()) o.train_split = t.train_split;
+    if (o_vs->count()) o.val_split = t.val_split;
+    if (o.val_every > 0) {
+      std::string ts = "," + (o.train_split == "trainval" ? std::string("train,val") : o.train_split) + ",";
+      if (ts.find("," + o.val_split + ",") != std::string::npos)
+        std::fprintf(stderr, "note: the val split '%s' is also trained on: its mIoU is not a held-out score "
+                             "(--val-every 0 to skip it)\n", o.val_split.c_str());
+    }
     if (o_seed->count()) o.seed = t.seed;
     if (o_workers->count()) o.workers = t.workers;
     if (o_mi->count()) o.max_iters = t.max_iters;
