@@ -7,7 +7,8 @@
 //
 // A run folder holds: last.lsw (every epoch, and on --time-limit mid-epoch), best.lsw (by val
 // mIoU), log.jsonl (one line per epoch), curve.svg (loss and val mIoU by epoch),
-// class_weights.json (cache). Checkpoints are weights files with the optimizer state and the
+// class_weights.json (cache), .lock (held by the one trainer of the folder while it runs;
+// a second train() on the folder throws). Checkpoints are weights files with the optimizer state and the
 // training state inside; they load anywhere a weights file does.
 //
 // Determinism: the shuffle of epoch e is a function of (seed, e) and the augmentation of
