@@ -42,6 +42,8 @@ def main():
     ap.add_argument("--out", required=True, help="output prefix, e.g. models/camvid")
     ap.add_argument("--bin", default="build/bin/lightseg")
     ap.add_argument("--note", default="", help="a paragraph added to the card (e.g. how the run changed)")
+    ap.add_argument("--last", action="store_true",
+                    help="the weights are the finished run's last epoch (not a checkpoint chosen on val)")
     a = ap.parse_args()
 
     h = header(a.weights)
@@ -64,7 +66,8 @@ def main():
     card = {
         "name": os.path.basename(a.out),
         "weights": a.weights,
-        "dataset": "CamVid 11 classes (SegNet split): train 367 for training, val 101 for choosing the checkpoint",
+        "dataset": "CamVid 11 classes (SegNet split): train 367 for training, val 101 "
+                   + ("for reporting only (the last epoch is shipped)" if a.last else "for choosing the checkpoint"),
         "train_command": train_cmd,
         "recipe": {k: opts.get(k) for k in ["optimizer", "lr", "weight_decay", "batch", "crop", "scale_min", "scale_max",
                                              "flip", "loss", "poly_power", "warmup_epochs", "epochs", "seed"]},
@@ -83,15 +86,22 @@ def main():
         "curve": os.path.basename(a.out) + "-curve.svg",
         "precision": "bf16 autocast" if opts.get("amp_cpu") else "float32",
         "note": a.note,
+        "selection": "last epoch" if a.last else "best val mIoU so far",
     }
     with open(a.out + ".json", "w") as f:
         json.dump(card, f, indent=2)
+    if a.last:
+        status = (f"**Status: finished** ({card['epochs_trained']} of {card['epochs_planned']} epochs); these are the "
+                  f"weights of the last epoch, {chosen}, chosen by no score.")
+    else:
+        status = (f"**Status: training is still in progress** ({card['epochs_trained']} of {card['epochs_planned']} "
+                  "planned epochs);\nthese weights are the best val checkpoint so far and are replaced whenever a "
+                  "later checkpoint scores higher on val.")
     rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in ev["per_class"].items())
     md = f"""# Model card: {card['name']}
 
 The default network of NETWORK.md trained from scratch on CamVid with `lightseg train`.
-**Status: training is still in progress** ({card['epochs_trained']} of {card['epochs_planned']} planned epochs);
-these weights are the best val checkpoint so far and are replaced whenever a later checkpoint scores higher on val.
+{status}
 
 | | |
 |---|---|
