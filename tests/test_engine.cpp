@@ -309,6 +309,7 @@ TEST(Engine, PortableKernelsMatchTheAvx512Ones) {
   // give the same logits and labels, in fp32 and bf16,
   // for the default network (11 classes: packed logits), 19 classes (two blocks), odd sizes.
   if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+  if (!onednn_unsuitable_reason().empty()) GTEST_SKIP() << onednn_unsuitable_reason();
 #if defined(__GNUC__) && defined(__x86_64__)
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512 here: only the portable kernels run";
 #endif

@@ -62,7 +62,9 @@ std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta
 // `lightseg bench` compares the network's achieved MAC/s with.
 double measure_peak_macs(torch::Device device = torch::kCPU, torch::ScalarType dtype = torch::kFloat32);
 
-// The backends this build offers on `device` (besides "auto"), fastest first.
+// The backends this build runs at speed on `device` and this CPU (besides "auto"), fastest
+// first: "onednn" only where oneDNN has the AVX-512 kernels its plans need (elsewhere asking
+// for it is an error that says why).
 std::vector<std::string> available_backends(torch::Device device = torch::kCPU);
 // Whether EngineOptions::dtype = kBFloat16 works on this CPU (onednn backend, AVX512-BF16/AMX).
 bool cpu_bf16_inference_available();

@@ -129,7 +129,9 @@ double measure_peak_macs(torch::Device device, torch::ScalarType dtype) {
 
 std::vector<std::string> available_backends(torch::Device device) {
   std::vector<std::string> r;
-  if (device.is_cpu() && onednn_available()) r.push_back("onednn");
+  // onednn only where oneDNN's kernels take its layouts (AVX-512): below, it would run
+  // oneDNN's reference kernels, ~1000x slower than fused.
+  if (device.is_cpu() && onednn_available() && onednn_unsuitable_reason().empty()) r.push_back("onednn");
   r.push_back("fused");
   r.push_back("eager");
   return r;
@@ -139,7 +141,8 @@ bool cpu_bf16_inference_available() { return onednn_bf16_available(); }
 
 std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
   std::string backend = o.backend;
-  if (backend == "auto") backend = available_backends(o.device).front();  // measured fastest first
+  if (backend == "auto")  // measured fastest first; bf16 on the CPU is onednn's alone
+    backend = o.device.is_cpu() && o.dtype == torch::kBFloat16 ? "onednn" : available_backends(o.device).front();
   if (o.device.is_cpu() && o.dtype != torch::kFloat32) {
     if (o.dtype != torch::kBFloat16)
       throw std::invalid_argument(std::string("the CPU backends compute in float32 or (onednn) bfloat16, not ") +

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "lightseg/engine.h"
 #include "lightseg/fused_network.h"
@@ -10,6 +12,14 @@ namespace lightseg {
 
 // False when the library was built without libdnnl.
 bool onednn_available();
+// Why the onednn backend cannot run at its speed on this CPU ("" when it can): its plans need
+// oneDNN's AVX-512 kernels; below that, oneDNN would run reference kernels only.
+std::string onednn_unsuitable_reason();
+// Thrown by make_onednn_engine where onednn_unsuitable_reason() is not empty.
+class BackendUnsuitable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 // True when onednn is available and the CPU has AVX512-BF16 or AMX (bf16 plans).
 bool onednn_bf16_available();
 // Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
