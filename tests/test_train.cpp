@@ -24,6 +24,7 @@
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
 #include "synthetic.h"
+#include "train/aux_heads.h"
 
 using namespace lightseg;
 namespace fs = std::filesystem;
@@ -65,14 +66,13 @@ double max_diff(const std::string& a, const std::string& b) {
 
 // Overfitting setup: `epochs` epochs on the tiny set, measured on the training images at the
 // end; returns the per-epoch records (the run must finish).
-static std::vector<EpochRecord> overfit(TrainOptions o, int epochs) {
+static std::vector<EpochRecord> overfit(TrainOptions o, int epochs, TrainCallbacks cb = {}) {
   o.epochs = epochs;
   o.val_split = "train";  // overfitting: measure on the training images
   o.val_every = epochs;
   o.loss = "ce";
   o.scale_min = o.scale_max = 1.0;
   std::vector<EpochRecord> records;
-  TrainCallbacks cb;
   cb.on_epoch = [&](const EpochRecord& r) { records.push_back(r); };
   auto r = train(o, cb);
   EXPECT_TRUE(r.finished);
@@ -416,6 +416,30 @@ TEST(Train, DistributedRanksShareTheRunFolderLockOfRankZero) {
   fs::remove_all(dir);
 }
 
+TEST(Train, DistributedRanksTrainWithAuxHeadsAndEma) {
+  // The heads' gradients are averaged over the ranks (they are not in GradientSync's buckets)
+  // and every rank keeps its own EMA of identical weights; rank 0 writes both into last.lsw.
+  auto dir = fixtures::temp_dir("distrecipe");
+  fixtures::make_shapes_dataset(dir / "data", 4, 1);
+  auto o = tiny(dir / "data", dir / "run");
+  o.epochs = 2;
+  o.batch = 2;
+  o.val_every = 0;
+  o.loss = "ce";
+  o.workers = 1;
+  o.aux_weight = 0.4;
+  o.ema_decay = 0.9;
+  o.verify_sync = true;  // the network's weights identical on both ranks after every step
+  auto errors = train_two_ranks(o);
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  auto w = read_weights((dir / "run" / "last.lsw").string());
+  EXPECT_TRUE(w.blobs.count("aux_heads"));
+  EXPECT_TRUE(w.blobs.count("raw_weights"));
+  EXPECT_EQ(w.extra["train"]["ema_steps"].get<int64_t>(), 2);  // 2 images per rank, batch 2: 1 step per epoch
+  fs::remove_all(dir);
+}
+
 TEST(Eval, SavedPredictionsRescoreToTheSameMiou) {
   auto dir = fixtures::temp_dir("evalsave");
   fixtures::make_shapes_dataset(dir / "data", 4, 3);
@@ -466,4 +490,248 @@ TEST(Eval, AnInferenceBackendScoresLikeTheTrainingGraph) {
   bad.backend = "tensorrt";
   EXPECT_THROW(evaluate(net, ds.meta(), ds, bad), std::invalid_argument);
   fs::remove_all(dir);
+}
+
+// ------------------------------------------------------------ recipe options: aux heads, EMA
+
+// What a checkpoint carries besides its inference tensors, flattened in a fixed order: the raw
+// weights behind an EMA ("raw_weights") and the auxiliary heads ("aux_heads"), when present.
+static std::vector<torch::Tensor> blob_tensors(const WeightsFile& w) {
+  std::vector<torch::Tensor> r;
+  auto take = [&](torch::nn::Module& m) {
+    for (const auto& p : m.parameters()) r.push_back(p.detach());
+    for (const auto& b : m.buffers()) r.push_back(b);
+  };
+  if (w.blobs.count("raw_weights")) {
+    Network n(w.config);
+    module_from_bytes(*n, w.blobs.at("raw_weights"));
+    take(*n);
+  }
+  if (w.blobs.count("aux_heads")) {
+    AuxHeads a(w.config.c1, w.config.c2, w.config.num_classes);
+    module_from_bytes(*a, w.blobs.at("aux_heads"));
+    take(*a);
+  }
+  return r;
+}
+
+static double max_diff(const std::vector<torch::Tensor>& x, const std::vector<torch::Tensor>& y) {
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
+    m = std::max(m, (x[i].to(torch::kDouble) - y[i].to(torch::kDouble)).abs().max().item<double>());
+  return m;
+}
+
+// As KillAndResumeEndInTheSameState, for `base`'s options: an uninterrupted run (a), one killed
+// mid-epoch 2 and resumed (b), one stopped cleanly mid-epoch 2 and resumed (c) end with the
+// same inference tensors, the same blobs' tensors and the same losses.
+static void expect_kill_and_resume_exact(TrainOptions base, const fs::path& dir, size_t expected_blob_tensors) {
+  base.epochs = 3;
+  base.val_every = 1;
+  base.out_dir = (dir / "a").string();
+  auto ra = train(base, {});
+  ASSERT_TRUE(ra.finished);
+  auto ob = base;
+  ob.out_dir = (dir / "b").string();
+  TrainCallbacks kill;
+  kill.kill_now = [](int epoch, int64_t iter) { return epoch == 2 && iter == 2; };
+  ASSERT_TRUE(train(ob, kill).killed);
+  ob.resume = true;
+  ASSERT_TRUE(train(ob, {}).finished);
+  auto oc = base;
+  oc.out_dir = (dir / "c").string();
+  int steps = 0;
+  TrainCallbacks stop;
+  stop.after_backward = [&](Network&) { ++steps; };
+  stop.stop_requested = [&] { return steps == 3; };  // epoch 2, iteration 1: a mid-epoch checkpoint
+  ASSERT_TRUE(train(oc, stop).stopped_by_time);
+  ASSERT_EQ(read_weights((dir / "c" / "last.lsw").string()).extra["train"]["batch"].get<int>(), 1);
+  oc.resume = true;
+  auto rc = train(oc, {});
+  ASSERT_TRUE(rc.finished);
+  const auto a = read_weights((dir / "a" / "last.lsw").string());
+  const auto blobs_a = blob_tensors(a);
+  EXPECT_EQ(blobs_a.size(), expected_blob_tensors);
+  for (const char* run : {"b", "c"}) {
+    const auto w = read_weights((dir / run / "last.lsw").string());
+    EXPECT_LT(max_diff((dir / "a" / "last.lsw").string(), (dir / run / "last.lsw").string()), 1e-6) << run;
+    EXPECT_LT(max_diff(blobs_a, blob_tensors(w)), 1e-6) << run;
+    EXPECT_EQ(w.extra["train"].value("ema_steps", -1), a.extra["train"].value("ema_steps", -1)) << run;
+  }
+  ASSERT_EQ(rc.history.size(), 3u);
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_NEAR(rc.history[e].loss, ra.history[e].loss, 1e-5) << e;
+    EXPECT_NEAR(rc.history[e].miou, ra.history[e].miou, 1e-9) << e;
+  }
+}
+
+TEST(Train, AuxHeadsHelpTrainingAndStayOutOfTheSavedNetwork) {
+  // --aux-weight: heads on M1 (C1.3) and M2 (C1.5) join the loss during training only; the
+  // saved weights are exactly the network's tensors, and they give the trainer's logits.
+  auto dir = fixtures::temp_dir("aux");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "run");
+  o.aux_weight = 0.4;
+  Network trained{nullptr};
+  int64_t nonzero = 0;
+  TrainCallbacks cb;
+  cb.after_backward = [&](Network& n) { trained = n; };
+  auto epochs = overfit(o, 25, cb);
+  ASSERT_EQ(epochs.size(), 25u);
+  EXPECT_LT(epochs.back().loss, 0.5 * epochs.front().loss);
+  EXPECT_GT(epochs.back().pixel_acc, 0.9);
+  const auto w = read_weights((dir / "run" / "last.lsw").string());
+  EXPECT_DOUBLE_EQ(w.extra["train"]["options"]["aux_weight"].get<double>(), 0.4);
+  // the inference tensors: those of a plain network, name for name, and none of the heads'
+  ModelMeta meta;
+  Network plain(w.config);
+  const auto ref = make_weights(plain, meta);
+  ASSERT_EQ(w.tensors.size(), ref.tensors.size());
+  for (size_t i = 0; i < ref.tensors.size(); ++i) {
+    EXPECT_EQ(w.tensors[i].first, ref.tensors[i].first);
+    EXPECT_EQ(w.tensors[i].second.sizes(), ref.tensors[i].second.sizes()) << ref.tensors[i].first;
+  }
+  // the heads ride along as a blob (for --resume), with trained, non-zero weights
+  ASSERT_TRUE(w.blobs.count("aux_heads"));
+  AuxHeads heads(w.config.c1, w.config.c2, w.config.num_classes);
+  module_from_bytes(*heads, w.blobs.at("aux_heads"));
+  for (const auto& p : heads->parameters()) nonzero += p.abs().sum().item<double>() > 0;
+  EXPECT_EQ(nonzero, static_cast<int64_t>(heads->parameters().size()));
+  // a plain load gives the trainer's network: same logits
+  Network loaded = load_network((dir / "run" / "last.lsw").string(), &meta);
+  ASSERT_TRUE(trained);
+  trained->eval();
+  torch::NoGradGuard ng;
+  torch::manual_seed(5);
+  auto x = torch::randn({2, 3, 64, 64});
+  auto want = trained->forward(x.contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(loaded->forward(x), want, 1e-4, 1e-5));
+  // the training variant computes forward()'s logits, op for op
+  auto b = trained->forward_with_branches(x.contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::equal(b.logits, want));
+  EXPECT_EQ(b.M1.size(1), w.config.c1);
+  EXPECT_EQ(b.M2.size(1), w.config.c2);
+  fs::remove_all(dir);
+}
+
+TEST(Train, EmaWeightsAreTheClosedFormAverageAndAreWhatIsScoredAndSaved) {
+  // --ema-decay d: after update n, ema = d_n·ema + (1−d_n)·raw with d_n = min(d, (1+n)/(10+n)),
+  // starting from the initial weights, over parameters and BatchNorm statistics; validation,
+  // best.lsw and last.lsw use the average, the raw weights ride along for --resume.
+  auto dir = fixtures::temp_dir("ema");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "run");
+  o.epochs = 3;  // 2 steps per epoch: 6 updates, d_n = 0.1, 0.18, 0.25, then 0.3 (the cap)
+  o.ema_decay = 0.3;
+  o.val_split = "train";
+  o.val_every = 3;
+  o.loss = "ce";
+  // What the optimizer steps on: the raw weights before each step (= after the previous one)
+  // and the BatchNorm statistics as each step's forward pass left them.
+  std::vector<std::map<std::string, torch::Tensor>> params_before, buffers_after_forward;
+  TrainCallbacks cb;
+  cb.after_backward = [&](Network& n) {
+    std::map<std::string, torch::Tensor> p, b;
+    for (const auto& t : n->named_parameters()) p[t.key()] = t.value().detach().to(torch::kDouble).clone();
+    for (const auto& t : n->named_buffers()) b[t.key()] = t.value().detach().to(torch::kDouble).clone();
+    params_before.push_back(p);
+    buffers_after_forward.push_back(b);
+  };
+  auto r = train(o, cb);
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(params_before.size(), 6u);
+  const auto w = read_weights((dir / "run" / "last.lsw").string());
+  EXPECT_EQ(w.extra["train"]["ema_steps"].get<int64_t>(), 6);
+  ASSERT_TRUE(w.blobs.count("raw_weights"));
+  Network raw(w.config);
+  module_from_bytes(*raw, w.blobs.at("raw_weights"));
+  // the start: the network as initialised (its BatchNorm statistics before any forward pass)
+  torch::manual_seed(o.seed);
+  NetworkConfig cfg = o.network;
+  cfg.num_classes = 3;
+  Network init(cfg);
+  std::map<std::string, torch::Tensor> ema;
+  for (const auto& t : init->named_parameters()) {
+    ema[t.key()] = t.value().detach().to(torch::kDouble);
+    EXPECT_TRUE(torch::equal(ema[t.key()], params_before[0].at(t.key()))) << t.key();
+  }
+  for (const auto& t : init->named_buffers()) ema[t.key()] = t.value().detach().to(torch::kDouble);
+  for (size_t k = 0; k < 6; ++k) {
+    const double d = std::min(0.3, (1.0 + k) / (10.0 + k));
+    for (const auto& t : raw->named_parameters()) {
+      const auto& after = k + 1 < 6 ? params_before[k + 1].at(t.key()) : t.value().detach().to(torch::kDouble);
+      ema[t.key()] = d * ema[t.key()] + (1 - d) * after;
+    }
+    for (const auto& t : raw->named_buffers()) {
+      const auto& now = buffers_after_forward[k].at(t.key());
+      ema[t.key()] = t.value().is_floating_point() ? d * ema[t.key()] + (1 - d) * now : now;
+    }
+  }
+  // the raw weights the blob holds are the last step's, i.e. not the average
+  double raw_vs_ema = 0;
+  for (const auto& [name, t] : w.tensors) {
+    const auto& want = ema.at(name);
+    const auto got = t.to(torch::kDouble);
+    EXPECT_LT((got - want).abs().max().item<double>(), 1e-6 * (1 + want.abs().max().item<double>())) << name;
+    for (const auto& p : raw->named_parameters())
+      if (p.key() == name) raw_vs_ema = std::max(raw_vs_ema, (p.value().to(torch::kDouble) - got).abs().max().item<double>());
+  }
+  EXPECT_GT(raw_vs_ema, 1e-4);
+  // validation scored the average; best.lsw (written by that validation) holds it too
+  ModelMeta meta;
+  Network saved = load_network((dir / "run" / "last.lsw").string(), &meta);
+  auto ev = evaluate(saved, meta, SegDataset::open("list", (dir / "data").string(), "train"));
+  ASSERT_EQ(r.history.size(), 3u);
+  EXPECT_NEAR(ev.miou(), r.history.back().miou, 1e-9);
+  EXPECT_LT(max_diff((dir / "run" / "last.lsw").string(), (dir / "run" / "best.lsw").string()), 1e-12);
+  fs::remove_all(dir);
+}
+
+TEST(Train, KillAndResumeWithAuxHeadsEndInTheSameState) {
+  auto dir = fixtures::temp_dir("resume_aux");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "a");
+  o.jitter = 0.2;
+  o.aux_weight = 0.4;
+  o.loss = "ohem";  // the heads take the main loss, OHEM included
+  AuxHeads heads(o.network.c1, o.network.c2, 3);
+  expect_kill_and_resume_exact(o, dir, heads->parameters().size() + heads->buffers().size());
+  fs::remove_all(dir);
+}
+
+TEST(Train, KillAndResumeWithEmaEndInTheSameState) {
+  auto dir = fixtures::temp_dir("resume_ema");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "a");
+  o.jitter = 0.2;
+  o.ema_decay = 0.9;
+  o.aux_weight = 0.4;  // both at once: the raw weights and the heads are resumed together
+  NetworkConfig cfg = o.network;
+  cfg.num_classes = 3;
+  Network net(cfg);
+  AuxHeads heads(o.network.c1, o.network.c2, 3);
+  expect_kill_and_resume_exact(o, dir, net->parameters().size() + net->buffers().size() +
+                                           heads->parameters().size() + heads->buffers().size());
+  fs::remove_all(dir);
+}
+
+TEST(Train, RecipeOptionsComeFromTheTrainObjectAndAreChecked) {
+  TrainOptions o;
+  EXPECT_EQ(o.aux_weight, 0.0);  // off by default: the default recipe trains as before
+  EXPECT_EQ(o.ema_decay, 0.0);
+  o.apply_json(nlohmann::json{{"aux_weight", 0.4}, {"ema_decay", 0.999}});
+  EXPECT_DOUBLE_EQ(o.aux_weight, 0.4);
+  EXPECT_DOUBLE_EQ(o.ema_decay, 0.999);
+  TrainOptions back;
+  back.apply_json(o.to_json());  // how a resumed run gets them from its checkpoint
+  EXPECT_DOUBLE_EQ(back.aux_weight, 0.4);
+  EXPECT_DOUBLE_EQ(back.ema_decay, 0.999);
+  o.data = o.out_dir = "x";
+  EXPECT_NO_THROW(o.validate());
+  o.ema_decay = 1.0;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.ema_decay = 0;
+  o.aux_weight = -0.1;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
 }

@@ -30,11 +30,19 @@ struct NetworkOutputs {
   torch::Tensor logits;             // C1.11
 };
 
+// forward_with_branches: the logits and the two semantic branches' outputs before the adders
+// (M1 of C1.3, M2 of C1.5), for auxiliary deep-supervision heads during training.
+struct BranchOutputs {
+  torch::Tensor logits, M1, M2;
+};
+
 class NetworkImpl : public torch::nn::Module {
  public:
   explicit NetworkImpl(const NetworkConfig& config = NetworkConfig{});
   torch::Tensor forward(const torch::Tensor& images);
   NetworkOutputs forward_debug(const torch::Tensor& images, const model::StageHook& hook = nullptr);
+  // forward()'s computation, op for op, also returning M1 and M2 (one pass, not two).
+  BranchOutputs forward_with_branches(const torch::Tensor& images);
   const NetworkConfig& config() const { return config_; }
 
   model::InitModule init{nullptr};          // C1.1

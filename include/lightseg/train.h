@@ -46,6 +46,13 @@ struct TrainOptions {
   std::string loss = "wce";        // wce (class-weighted CE) | ce | ohem
   double ohem_thresh = 0.7, ohem_min_kept = 1.0 / 16;
   std::vector<float> class_weights;  // empty: computed from the training labels (wce / ohem)
+  // Deep supervision: > 0 adds aux_weight × (the same loss) of small heads on the two semantic
+  // branches' outputs (C1.3, C1.5); training only, not part of the saved network.
+  double aux_weight = 0;
+  // > 0: keep an exponential moving average of the weights (parameters and BatchNorm
+  // statistics), decay min(ema_decay, (1+n)/(10+n)) at update n; validation, best.lsw and
+  // last.lsw's inference tensors use it (the raw weights ride along in the checkpoint).
+  double ema_decay = 0;
   // run control
   double time_limit_min = 0;       // 0 = none; stops cleanly after writing a checkpoint
   bool resume = false;

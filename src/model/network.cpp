@@ -75,6 +75,21 @@ torch::Tensor NetworkImpl::forward(const torch::Tensor& x) {
   return decoder->forward(F1, A1, A2, x.size(2), x.size(3));
 }
 
+// The same ops as forward() in the same order (so a run trains identically with or without
+// the branch outputs being kept); used by the trainer's auxiliary heads (--aux-weight).
+BranchOutputs NetworkImpl::forward_with_branches(const torch::Tensor& x) {
+  check_input(x, config_.in_channels);
+  BranchOutputs o;
+  torch::Tensor F1 = init->forward(x);                 // C1.1
+  model::SpatialOutputs s = spatial->forward(F1);      // C1.2
+  o.M1 = semantic1->forward(F1);                       // C1.3
+  torch::Tensor A1 = adder(o.M1, s.s1);                // C1.4
+  o.M2 = semantic2->forward(A1);                       // C1.5
+  torch::Tensor A2 = adder(o.M2, s.s2);                // C1.6
+  o.logits = decoder->forward(F1, A1, A2, x.size(2), x.size(3));  // C1.7–C1.11
+  return o;
+}
+
 int64_t count_parameters(const torch::nn::Module& m) {
   int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <stdexcept>
 
 #include "lightseg/train.h"
@@ -14,6 +15,7 @@ json TrainOptions::to_json() const {
               {"warmup_start", warmup_start}, {"poly_power", poly_power}, {"scale_min", scale_min},
               {"scale_max", scale_max}, {"jitter", jitter}, {"flip", flip}, {"loss", loss},
               {"ohem_thresh", ohem_thresh}, {"ohem_min_kept", ohem_min_kept}, {"class_weights", class_weights},
+              {"aux_weight", aux_weight}, {"ema_decay", ema_decay},
               {"time_limit_min", time_limit_min}, {"device", device}, {"val_every", val_every}, {"seed", seed},
               {"workers", workers}, {"prefetch", prefetch}, {"channels_last", channels_last}, {"amp", amp}, {"amp_cpu", amp_cpu},
               {"max_iters", max_iters}, {"sync_bn", sync_bn}, {"overlap_allreduce", overlap_allreduce},
@@ -51,6 +53,8 @@ void TrainOptions::apply_json(const json& j) {
       else if (k == "ohem_thresh") ohem_thresh = v.get<double>();
       else if (k == "ohem_min_kept") ohem_min_kept = v.get<double>();
       else if (k == "class_weights") class_weights = v.get<std::vector<float>>();
+      else if (k == "aux_weight") aux_weight = v.get<double>();
+      else if (k == "ema_decay") ema_decay = v.get<double>();
       else if (k == "time_limit_min") time_limit_min = v.get<double>();
       else if (k == "device") device = v.get<std::string>();
       else if (k == "val_every") val_every = v.get<int>();
@@ -88,6 +92,8 @@ void TrainOptions::validate() const {
   need(lr > 0, "train: lr must be > 0");
   need(weight_decay >= 0, "train: weight_decay must be >= 0");
   need(scale_min > 0 && scale_max >= scale_min, "train: need 0 < scale_min <= scale_max");
+  need(aux_weight >= 0 && std::isfinite(aux_weight), "train: aux_weight must be >= 0 (0: no auxiliary heads)");
+  need(ema_decay >= 0 && ema_decay < 1, "train: ema_decay must be in [0, 1) (0: no EMA)");
   need(val_every >= 0, "train: val_every must be >= 0");
   need(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0, "train: device must be cpu or cuda, got '" + device + "'");
   need(world >= 1 && rank >= 0 && rank < world, "train: rank must be in 0..world-1");

@@ -21,6 +21,7 @@
 #include "lightseg/train.h"
 #include "lightseg/transforms.h"
 #include "lightseg/weights.h"
+#include "aux_heads.h"
 #include "run_folder.h"
 
 namespace lightseg {
@@ -193,6 +194,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   int64_t start_batch = 0, global_step = 0;
   double best_miou = -1, part_loss = 0, part_seconds = 0, part_wait = 0;
   int64_t part_count = 0, part_images = 0, skipped_steps = 0;  // this epoch's so far
+  int64_t ema_steps = 0;  // EMA updates so far (its warm-up)
   std::vector<EpochRecord> history;
   std::string opt_blob;
   WeightsFile resumed;
@@ -217,6 +219,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     skipped_steps = t.value("part_skipped", int64_t(0));
     part_seconds = t.value("part_seconds", 0.0);
     part_wait = t.value("part_wait", 0.0);
+    ema_steps = t.value("ema_steps", int64_t(0));
     for (const auto& r : t.at("history")) history.push_back(EpochRecord::from_json(r));
     if (start_batch > 0 && t.value("world", 1) != o.world) {
       say("checkpoint was written mid-epoch by " + std::to_string(t.value("world", 1)) + " ranks, now " +
@@ -234,15 +237,59 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
 
   torch::manual_seed(o.seed);
   Network net(o.network);
+  // A checkpoint of an EMA run holds the average as its (inference) tensors and the raw
+  // weights the optimizer works on as the "raw_weights" blob.
+  const bool use_ema = o.ema_decay > 0, use_aux = o.aux_weight > 0;
+  const bool ckpt_ema = have_resume && resumed.blobs.count("raw_weights") > 0;
+  const bool ckpt_aux = have_resume && resumed.blobs.count("aux_heads") > 0;
   if (have_resume) {
-    load_into(net, resumed);
+    if (ckpt_ema) module_from_bytes(*net, resumed.blobs.at("raw_weights"));
+    else load_into(net, resumed);
+    if (ckpt_ema && !use_ema) say("EMA off: continuing from the checkpoint's raw weights, not its average");
   } else if (!o.init_weights.empty()) {
     load_into(net, read_weights(o.init_weights));
     say("initialised from " + o.init_weights);
   }
+  // Auxiliary heads on M1 (C1.3) and M2 (C1.5): outside the network, so never in its weights.
+  AuxHeads aux{nullptr};
+  if (use_aux) {
+    aux = AuxHeads(o.network.c1, o.network.c2, o.network.num_classes);
+    if (ckpt_aux) module_from_bytes(*aux, resumed.blobs.at("aux_heads"));
+    else if (have_resume) say("the checkpoint has no auxiliary heads: starting new ones");
+  } else if (ckpt_aux) {
+    say("aux_weight 0: the checkpoint's auxiliary heads are dropped");
+  }
+  Network ema_net{nullptr};
+  if (use_ema) {
+    ema_net = Network(o.network);
+    if (ckpt_ema) {
+      load_into(ema_net, resumed);
+    } else {
+      if (have_resume) say("the checkpoint has no EMA: the average starts from its weights");
+      ema_steps = 0;
+      torch::NoGradGuard ng;
+      auto src = net->parameters(), dst = ema_net->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+      auto bsrc = net->buffers(), bdst = ema_net->buffers();
+      for (size_t i = 0; i < bsrc.size(); ++i) bdst[i].copy_(bsrc[i]);
+    }
+    ema_net->to(device);
+    if (o.channels_last) to_channels_last(*ema_net);
+    ema_net->eval();  // only ever averaged into and scored
+  }
   net->to(device);
   if (o.channels_last) to_channels_last(*net);
   net->train();
+  if (aux) {
+    aux->to(device);
+    if (col) {  // rank 0's heads everywhere (before channels_last: flat, contiguous)
+      torch::NoGradGuard ng;
+      for (auto& p : aux->parameters()) col->broadcast(p, 0);
+      for (auto& b : aux->buffers()) col->broadcast(b, 0);
+    }
+    if (o.channels_last) to_channels_last(*aux);
+    aux->train();
+  }
   // Distributed: same weights everywhere (rank 0's), SyncBN, bucketed gradient all-reduce.
   std::unique_ptr<GradientSync> grad_sync;
   struct SyncBNGuard {
@@ -263,6 +310,8 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   // Parameter groups: conv weights get weight decay; BN/PReLU parameters and biases only with bn_weight_decay.
   std::vector<torch::Tensor> decay, no_decay;
   for (auto& p : net->named_parameters()) (p.value().dim() > 1 || o.bn_weight_decay ? decay : no_decay).push_back(p.value());
+  if (aux)  // appended after the network's, so the network's parameter order is that of a run without them
+    for (auto& p : aux->parameters()) (p.dim() > 1 || o.bn_weight_decay ? decay : no_decay).push_back(p);
   std::unique_ptr<torch::optim::Optimizer> opt;
   {
     std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -284,6 +333,11 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       groups.emplace_back(no_decay, mk(0));
       opt = std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(o.lr));
     }
+  }
+  if (!opt_blob.empty() && ckpt_aux != use_aux) {
+    say(std::string("auxiliary heads ") + (use_aux ? "added" : "removed") +
+        " on resume: the optimizer's parameters changed, its state starts afresh");
+    opt_blob.clear();
   }
   if (!opt_blob.empty()) load_optimizer(*opt, opt_blob, device);
 
@@ -312,14 +366,19 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   const int64_t total_steps = iters_per_epoch * o.epochs;
   const int64_t warmup = static_cast<int64_t>(std::llround(o.warmup_epochs * iters_per_epoch));
 
+  // The network that is scored and saved for inference: the EMA's when there is one.
+  Network scored = ema_net ? ema_net : net;
   auto save_checkpoint = [&](const std::string& path, int next_epoch, int64_t next_batch, bool with_optimizer) {
-    WeightsFile w = make_weights(net, meta);
+    WeightsFile w = make_weights(scored, meta);
+    if (ema_net) w.blobs["raw_weights"] = module_to_bytes(*net);
+    if (aux) w.blobs["aux_heads"] = module_to_bytes(*aux);
     w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step}, {"world", o.world},
                         {"best_miou", best_miou}, {"part_loss", part_loss}, {"part_count", part_count},
                         {"part_images", part_images}, {"part_skipped", skipped_steps},
                         {"part_seconds", part_seconds}, {"part_wait", part_wait},
                         {"options", o.to_json()}, {"history", json::array()}};
     for (const auto& r : history) w.extra["train"]["history"].push_back(r.to_json());
+    if (ema_net) w.extra["train"]["ema_steps"] = ema_steps;
     if (with_optimizer) w.blobs["optimizer"] = save_optimizer(*opt);
     write_weights(path, w);
   };
@@ -344,6 +403,31 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   // The buffers are saved as one flat copy per dtype (one kernel each on CUDA, not hundreds).
   std::map<c10::ScalarType, std::vector<torch::Tensor>> buffers;
   for (const auto& b : net->buffers()) buffers[b.scalar_type()].push_back(b);
+  if (aux)
+    for (const auto& b : aux->buffers()) buffers[b.scalar_type()].push_back(b);
+  // EMA: ema = d·ema + (1−d)·raw over the parameters and floating-point buffers (BatchNorm
+  // running statistics), d = min(ema_decay, (1+n)/(10+n)) after n updates (the warm-up keeps
+  // the average from clinging to the random initialisation); counters are copied.
+  std::vector<torch::Tensor> ema_avg, ema_src, ema_copy, ema_copy_src;
+  if (ema_net) {
+    auto add = [&](std::vector<torch::Tensor> dst, std::vector<torch::Tensor> src) {
+      for (size_t i = 0; i < dst.size(); ++i) {
+        (dst[i].is_floating_point() ? ema_avg : ema_copy).push_back(dst[i]);
+        (dst[i].is_floating_point() ? ema_src : ema_copy_src).push_back(src[i]);
+      }
+    };
+    add(ema_net->parameters(), net->parameters());
+    add(ema_net->buffers(), net->buffers());
+  }
+  auto ema_update = [&] {
+    torch::NoGradGuard ng;
+    const double n = static_cast<double>(ema_steps);
+    const double d = std::min(o.ema_decay, (1.0 + n) / (10.0 + n));
+    at::_foreach_mul_(ema_avg, d);
+    at::_foreach_add_(ema_avg, ema_src, 1.0 - d);
+    for (size_t i = 0; i < ema_copy.size(); ++i) ema_copy[i].copy_(ema_copy_src[i]);
+    ++ema_steps;
+  };
   std::map<c10::ScalarType, torch::Tensor> buffers_saved;
   auto save_buffers = [&] {
     torch::NoGradGuard ng;
@@ -410,22 +494,56 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       auto y = batch.labels.to(device);
       if (o.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
       save_buffers();
-      torch::Tensor logits;
+      torch::Tensor logits, aux1, aux2;
       {
         const bool amp = device.is_cuda() ? o.amp : o.amp_cpu;
         if (amp) set_autocast(device.type(), true);
-        logits = net->forward(x);
+        if (aux) {  // one pass; the heads read the semantic branches' outputs M1, M2
+          auto b = net->forward_with_branches(x);
+          logits = b.logits;
+          std::tie(aux1, aux2) = aux->forward(b.M1, b.M2, y.size(1), y.size(2));
+        } else {
+          logits = net->forward(x);
+        }
         if (amp) {
           set_autocast(device.type(), false);
           logits = logits.to(torch::kFloat32);
+          if (aux) {
+            aux1 = aux1.to(torch::kFloat32);
+            aux2 = aux2.to(torch::kFloat32);
+          }
         }
       }
-      torch::Tensor loss = o.loss == "ohem" ? ohem_cross_entropy(logits, y, o.ohem_thresh, o.ohem_min_kept, weight)
-                                            : weighted_cross_entropy(logits, y, weight);
+      auto criterion = [&](const torch::Tensor& z) {
+        return o.loss == "ohem" ? ohem_cross_entropy(z, y, o.ohem_thresh, o.ohem_min_kept, weight)
+                                : weighted_cross_entropy(z, y, weight);
+      };
+      // `loss` is what is optimised; progress and log.jsonl report the main output's loss
+      // alone, comparable between runs with and without the auxiliary heads.
+      torch::Tensor main_loss = criterion(logits);
+      torch::Tensor loss = aux ? main_loss + o.aux_weight * (criterion(aux1) + criterion(aux2)) : main_loss;
       opt->zero_grad();
       if (grad_sync) grad_sync->begin();
       loss.backward();
       if (grad_sync) grad_sync->finish();
+      if (col && aux) {  // the heads' gradients are not in GradientSync's buckets: average them here
+        torch::NoGradGuard ng;
+        std::vector<torch::Tensor> gs;
+        for (auto& p : aux->parameters())
+          if (p.grad().defined()) gs.push_back(p.grad());
+        std::vector<torch::Tensor> parts;
+        for (auto& g : gs) parts.push_back(g.reshape(-1));
+        if (!parts.empty()) {
+          auto flat = torch::cat(parts);
+          col->allreduce_sum(flat);
+          flat.div_(o.world);
+          int64_t off = 0;
+          for (auto& g : gs) {
+            g.copy_(flat.narrow(0, off, g.numel()).view(g.sizes()));
+            off += g.numel();
+          }
+        }
+      }
       if (cb.after_backward) cb.after_backward(net);
       bool finite = true;
       {
@@ -433,6 +551,9 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
         std::vector<torch::Tensor> grads;
         for (const auto& p : net->parameters())
           if (p.grad().defined()) grads.push_back(p.grad());
+        if (aux)
+          for (const auto& p : aux->parameters())
+            if (p.grad().defined()) grads.push_back(p.grad());
         torch::Tensor sum = loss.detach().to(torch::kFloat32).reshape({});
         if (!grads.empty()) sum = sum + torch::stack(at::_foreach_norm(grads)).sum().to(torch::kFloat32);
         if (col) {  // all ranks skip together
@@ -445,6 +566,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       }
       if (finite) {
         opt->step();
+        if (ema_net) ema_update();
         skips_in_row = 0;
       } else {
         restore_buffers();
@@ -473,7 +595,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
       }
       ++global_step;
       ++it;
-      double lv = loss.item<double>();
+      double lv = main_loss.item<double>();
       bool stop = cb.stop_requested && cb.stop_requested();
       bool over_time = o.time_limit_min > 0 && seconds_since(t_start) > o.time_limit_min * 60;
       if (col) {  // the mean loss over ranks, and all ranks stop together
@@ -534,15 +656,20 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     if (col && !o.sync_bn) {  // keep BatchNorm statistics identical: rank 0's
       torch::NoGradGuard ng;
       for (auto& b : net->buffers()) col->broadcast(b, 0);
+      if (ema_net)  // each rank averaged its own statistics
+        for (auto& b : ema_net->buffers()) col->broadcast(b, 0);
+      if (aux)
+        for (auto& b : aux->buffers()) col->broadcast(b, 0);
     }
     const bool do_val = val_ds && o.val_every > 0 && ((epoch + 1) % o.val_every == 0 || epoch + 1 == o.epochs);
     if (lead && do_val) {
       EvalOptions eo;
       eo.device = device;
-      auto r = evaluate(net, meta, *val_ds, eo);
+      auto r = evaluate(scored, meta, *val_ds, eo);
       rec.miou = r.miou();
       rec.pixel_acc = r.pixel_accuracy();
       net->train();
+      if (ema_net) ema_net->eval();
     }
     history.push_back(rec);
     part_loss = part_seconds = part_wait = 0;
@@ -550,7 +677,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     if (lead) {
       if (rec.miou > best_miou) {
         best_miou = rec.miou;
-        WeightsFile w = make_weights(net, meta);
+        WeightsFile w = make_weights(scored, meta);
         w.extra["train"] = {{"epoch", epoch + 1}, {"val_miou", rec.miou}, {"options", o.to_json()}};
         write_weights(best_path, w);
       }

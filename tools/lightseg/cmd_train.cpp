@@ -32,7 +32,7 @@ struct TrainArgs {
   int epochs = 500, batch = 8, val_every = 1, workers = 2;
   std::string crop = "360x480", optimizer = "adam", loss = "wce", init_weights;
   std::string train_split = "train", val_split = "val";
-  double lr = 1e-3, weight_decay = 2e-4, time_limit = 0;
+  double lr = 1e-3, weight_decay = 2e-4, time_limit = 0, aux_weight = 0, ema_decay = 0;
   uint64_t seed = 1;
   bool resume = false;
   int64_t max_iters = 0;
@@ -124,6 +124,11 @@ void add_train(CLI::App& app, Args& a) {
   auto* o_wd = sub->add_option("--weight-decay", t.weight_decay, "Weight decay")->capture_default_str();
   auto* o_opt = sub->add_option("--optimizer", t.optimizer, "adam, adamw or sgd")->capture_default_str();
   auto* o_loss = sub->add_option("--loss", t.loss, "wce (class-weighted CE), ce or ohem")->capture_default_str();
+  auto* o_aux = sub->add_option("--aux-weight", t.aux_weight,
+                                "Deep supervision: weight of the auxiliary heads' losses on the two semantic branches (0: off; e.g. 0.4)")
+                    ->check(CLI::NonNegativeNumber);
+  auto* o_ema = sub->add_option("--ema-decay", t.ema_decay,
+                                "Keep an EMA of the weights with this decay, scored and saved instead of the raw ones (0: off; e.g. 0.999)");
   auto* o_tl = sub->add_option("--time-limit", t.time_limit, "Stop cleanly (checkpoint written) after this many minutes");
   sub->add_flag("--resume", t.resume, "Continue the run in --out where it stopped");
   auto* o_ve = sub->add_option("--val-every", t.val_every, "Evaluate on the val split every N epochs (0: never)")->capture_default_str();
@@ -148,7 +153,7 @@ void add_train(CLI::App& app, Args& a) {
   dist->add_flag("--no-overlap", t.no_overlap, "All-reduce gradients after backward instead of during it");
   dist->add_option("--dist-timeout", t.dist_timeout, "Seconds before a rank gives up on a dead or stuck peer")->capture_default_str();
   sub->callback([&a, sub, o_epochs, o_batch, o_crop, o_lr, o_wd, o_opt, o_loss, o_tl, o_ve, o_seed, o_workers, o_mi, o_init,
-                 o_prec, o_ts, o_vs]() {
+                 o_prec, o_ts, o_vs, o_aux, o_ema]() {
     if (t.nproc > 1) {
       const int total = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
       if (spawn_local_workers(t.nproc, total, g_argc, g_argv) != 0) throw std::runtime_error("distributed training failed");
@@ -184,6 +189,8 @@ void add_train(CLI::App& app, Args& a) {
     if (o_wd->count()) o.weight_decay = t.weight_decay;
     if (o_opt->count()) o.optimizer = t.optimizer;
     if (o_loss->count()) o.loss = t.loss;
+    if (o_aux->count()) o.aux_weight = t.aux_weight;
+    if (o_ema->count()) o.ema_decay = t.ema_decay;
     o.time_limit_min = o_tl->count() ? t.time_limit : 0;
     if (o_ve->count()) o.val_every = t.val_every;
     if (o_ts->count()) o.train_split = t.train_split;

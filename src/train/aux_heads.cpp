@@ -1,0 +1,39 @@
+#include "aux_heads.h"
+
+#include "lightseg/model/fusion_decoder.h"
+
+namespace lightseg {
+
+using model::ConvSpec;
+
+AuxHeadsImpl::AuxHeadsImpl(int64_t c1, int64_t c2, int64_t num_classes)
+    : cba1(register_module("cba1", model::ConvBNAct(ConvSpec::square(c1, kHidden, 3)))),
+      cba2(register_module("cba2", model::ConvBNAct(ConvSpec::square(c2, kHidden, 3)))),
+      cls1(register_module("cls1", model::make_conv(ConvSpec::pointwise(kHidden, num_classes, /*bias=*/true)))),
+      cls2(register_module("cls2", model::make_conv(ConvSpec::pointwise(kHidden, num_classes, /*bias=*/true)))) {}
+
+std::pair<torch::Tensor, torch::Tensor> AuxHeadsImpl::forward(const torch::Tensor& M1, const torch::Tensor& M2,
+                                                              int64_t h, int64_t w) {
+  // Classify at the branch's resolution, then resize (as the main classifier, C1.11, does).
+  return {model::upsample_to(model::conv(cls1, cba1->forward(M1)), h, w),
+          model::upsample_to(model::conv(cls2, cba2->forward(M2)), h, w)};
+}
+
+std::string module_to_bytes(torch::nn::Module& m) {
+  torch::serialize::OutputArchive ar;
+  m.save(ar);
+  std::string buf;
+  ar.save_to([&buf](const void* d, size_t n) {
+    buf.append(static_cast<const char*>(d), n);
+    return n;
+  });
+  return buf;
+}
+
+void module_from_bytes(torch::nn::Module& m, const std::string& bytes) {
+  torch::serialize::InputArchive ar;
+  ar.load_from(bytes.data(), bytes.size(), torch::kCPU);
+  m.load(ar);
+}
+
+}  // namespace lightseg
