@@ -24,6 +24,7 @@
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
 #include "synthetic.h"
+#include "train/archive_bytes.h"
 #include "train/aux_heads.h"
 
 using namespace lightseg;
@@ -504,12 +505,12 @@ static std::vector<torch::Tensor> blob_tensors(const WeightsFile& w) {
   };
   if (w.blobs.count("raw_weights")) {
     Network n(w.config);
-    module_from_bytes(*n, w.blobs.at("raw_weights"));
+    from_archive_bytes(*n, w.blobs.at("raw_weights"));
     take(*n);
   }
   if (w.blobs.count("aux_heads")) {
     AuxHeads a(w.config.c1, w.config.c2, w.config.num_classes);
-    module_from_bytes(*a, w.blobs.at("aux_heads"));
+    from_archive_bytes(*a, w.blobs.at("aux_heads"));
     take(*a);
   }
   return r;
@@ -595,7 +596,7 @@ TEST(Train, AuxHeadsHelpTrainingAndStayOutOfTheSavedNetwork) {
   // the heads ride along as a blob (for --resume), with trained, non-zero weights
   ASSERT_TRUE(w.blobs.count("aux_heads"));
   AuxHeads heads(w.config.c1, w.config.c2, w.config.num_classes);
-  module_from_bytes(*heads, w.blobs.at("aux_heads"));
+  from_archive_bytes(*heads, w.blobs.at("aux_heads"));
   for (const auto& p : heads->parameters()) nonzero += p.abs().sum().item<double>() > 0;
   EXPECT_EQ(nonzero, static_cast<int64_t>(heads->parameters().size()));
   // a plain load gives the trainer's network: same logits
@@ -645,7 +646,7 @@ TEST(Train, EmaWeightsAreTheClosedFormAverageAndAreWhatIsScoredAndSaved) {
   EXPECT_EQ(w.extra["train"]["ema_steps"].get<int64_t>(), 6);
   ASSERT_TRUE(w.blobs.count("raw_weights"));
   Network raw(w.config);
-  module_from_bytes(*raw, w.blobs.at("raw_weights"));
+  from_archive_bytes(*raw, w.blobs.at("raw_weights"));
   // the start: the network as initialised (its BatchNorm statistics before any forward pass)
   torch::manual_seed(o.seed);
   NetworkConfig cfg = o.network;

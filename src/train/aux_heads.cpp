@@ -19,21 +19,4 @@ std::pair<torch::Tensor, torch::Tensor> AuxHeadsImpl::forward(const torch::Tenso
           model::upsample_to(model::conv(cls2, cba2->forward(M2)), h, w)};
 }
 
-std::string module_to_bytes(torch::nn::Module& m) {
-  torch::serialize::OutputArchive ar;
-  m.save(ar);
-  std::string buf;
-  ar.save_to([&buf](const void* d, size_t n) {
-    buf.append(static_cast<const char*>(d), n);
-    return n;
-  });
-  return buf;
-}
-
-void module_from_bytes(torch::nn::Module& m, const std::string& bytes) {
-  torch::serialize::InputArchive ar;
-  ar.load_from(bytes.data(), bytes.size(), torch::kCPU);
-  m.load(ar);
-}
-
 }  // namespace lightseg

@@ -27,10 +27,4 @@ class AuxHeadsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AuxHeads);
 
-// A module's parameters and buffers as bytes (torch's archive format), and back into a
-// module of the same structure: the checkpoint blobs of the aux heads and of the raw
-// weights behind an EMA.
-std::string module_to_bytes(torch::nn::Module& m);
-void module_from_bytes(torch::nn::Module& m, const std::string& bytes);
-
 }  // namespace lightseg

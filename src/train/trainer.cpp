@@ -21,6 +21,7 @@
 #include "lightseg/train.h"
 #include "lightseg/transforms.h"
 #include "lightseg/weights.h"
+#include "archive_bytes.h"
 #include "aux_heads.h"
 #include "run_folder.h"
 
@@ -74,23 +75,6 @@ std::vector<std::vector<size_t>> epoch_batches(size_t n, int batch, uint64_t see
     out.emplace_back(shard.begin() + i, shard.begin() + i + batch);  // drop_last: BN wants full batches
   if (max_iters > 0 && static_cast<int64_t>(out.size()) > max_iters) out.resize(static_cast<size_t>(max_iters));
   return out;
-}
-
-std::string save_optimizer(torch::optim::Optimizer& opt) {
-  torch::serialize::OutputArchive ar;
-  opt.save(ar);
-  std::string buf;
-  ar.save_to([&buf](const void* d, size_t n) {
-    buf.append(static_cast<const char*>(d), n);
-    return n;
-  });
-  return buf;
-}
-
-void load_optimizer(torch::optim::Optimizer& opt, const std::string& buf, torch::Device dev) {
-  torch::serialize::InputArchive ar;
-  ar.load_from(buf.data(), buf.size(), dev);
-  opt.load(ar);
 }
 
 std::vector<float> class_weights_cached(const SegDataset& ds, const TrainOptions& o, const std::function<void(const std::string&)>& say) {
@@ -243,7 +227,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   const bool ckpt_ema = have_resume && resumed.blobs.count("raw_weights") > 0;
   const bool ckpt_aux = have_resume && resumed.blobs.count("aux_heads") > 0;
   if (have_resume) {
-    if (ckpt_ema) module_from_bytes(*net, resumed.blobs.at("raw_weights"));
+    if (ckpt_ema) from_archive_bytes(*net, resumed.blobs.at("raw_weights"));
     else load_into(net, resumed);
     if (ckpt_ema && !use_ema) say("EMA off: continuing from the checkpoint's raw weights, not its average");
   } else if (!o.init_weights.empty()) {
@@ -254,7 +238,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   AuxHeads aux{nullptr};
   if (use_aux) {
     aux = AuxHeads(o.network.c1, o.network.c2, o.network.num_classes);
-    if (ckpt_aux) module_from_bytes(*aux, resumed.blobs.at("aux_heads"));
+    if (ckpt_aux) from_archive_bytes(*aux, resumed.blobs.at("aux_heads"));
     else if (have_resume) say("the checkpoint has no auxiliary heads: starting new ones");
   } else if (ckpt_aux) {
     say("aux_weight 0: the checkpoint's auxiliary heads are dropped");
@@ -339,7 +323,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
         " on resume: the optimizer's parameters changed, its state starts afresh");
     opt_blob.clear();
   }
-  if (!opt_blob.empty()) load_optimizer(*opt, opt_blob, device);
+  if (!opt_blob.empty()) from_archive_bytes(*opt, opt_blob, device);
 
   torch::Tensor weight;
   if (o.loss != "ce") {
@@ -370,8 +354,8 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   Network scored = ema_net ? ema_net : net;
   auto save_checkpoint = [&](const std::string& path, int next_epoch, int64_t next_batch, bool with_optimizer) {
     WeightsFile w = make_weights(scored, meta);
-    if (ema_net) w.blobs["raw_weights"] = module_to_bytes(*net);
-    if (aux) w.blobs["aux_heads"] = module_to_bytes(*aux);
+    if (ema_net) w.blobs["raw_weights"] = to_archive_bytes(*net);
+    if (aux) w.blobs["aux_heads"] = to_archive_bytes(*aux);
     w.extra["train"] = {{"epoch", next_epoch}, {"batch", next_batch}, {"global_step", global_step}, {"world", o.world},
                         {"best_miou", best_miou}, {"part_loss", part_loss}, {"part_count", part_count},
                         {"part_images", part_images}, {"part_skipped", skipped_steps},
@@ -379,7 +363,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
                         {"options", o.to_json()}, {"history", json::array()}};
     for (const auto& r : history) w.extra["train"]["history"].push_back(r.to_json());
     if (ema_net) w.extra["train"]["ema_steps"] = ema_steps;
-    if (with_optimizer) w.blobs["optimizer"] = save_optimizer(*opt);
+    if (with_optimizer) w.blobs["optimizer"] = to_archive_bytes(*opt);
     write_weights(path, w);
   };
   auto write_log = [&]() {
