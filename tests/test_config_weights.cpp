@@ -10,6 +10,7 @@
 #include "lightseg/config.h"
 #include "lightseg/network.h"
 #include "lightseg/weights.h"
+#include "fuzz_seeds.h"
 
 using namespace lightseg;
 namespace fs = std::filesystem;
@@ -100,6 +101,85 @@ TEST(Weights, SaveLoadRoundTripsBitExactly) {
   for (auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
   fs::remove_all(dir);
+}
+
+// The smallest network the config allows, through the file's bytes: parse_weights reads what
+// write_weights wrote (the fuzz target's entry), and its configs are the config target's seeds.
+TEST(Weights, TinyNetworkRoundTripsThroughTheFileBytes) {
+  auto dir = tmpdir();
+  NetworkConfig cfg;
+  cfg.c0 = 2, cfg.c1 = 4, cfg.c2 = 4, cfg.num_classes = 3;
+  cfg.stage1 = {1, FELayerType::FEB, {2}};
+  cfg.stage2 = {2, FELayerType::DAB, {2, 4}};
+  torch::manual_seed(3);
+  Network a(cfg);
+  a->eval();
+  const std::string path = (dir / "tiny.lsw").string();
+  save_network(path, a, ModelMeta::camvid());
+  std::ifstream f(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_LT(bytes.size(), 40000u);
+  const WeightsFile w = parse_weights(bytes, "tiny");
+  EXPECT_EQ(w.config, cfg);
+  Network b(w.config);
+  load_into(b, w);
+  b->eval();
+  torch::NoGradGuard ng;
+  const auto x = torch::randn({1, 3, 32, 48});
+  EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x)));
+  // Cut anywhere, the bytes are refused with a message naming the source, never read past.
+  for (size_t cut : {size_t(0), size_t(8), size_t(17), bytes.size() / 2, bytes.size() - 1}) {
+    try {
+      parse_weights(bytes.substr(0, cut), "tiny");
+      ADD_FAILURE() << "a file cut at " << cut << " parsed";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("tiny"), std::string::npos) << e.what();
+    }
+  }
+  fixtures::save_fuzz_seed("weights", "tiny.lsw", bytes);
+  fixtures::save_fuzz_seed("config", "tiny.json", nlohmann::json{{"network", cfg.to_json()}}.dump());
+  fixtures::save_fuzz_seed("config", "default.json", nlohmann::json{{"network", NetworkConfig{}.to_json()}}.dump());
+  fs::remove_all(dir);
+}
+
+// Sizes no one means (a typo, a crafted header) are refused before anything is allocated.
+TEST(Config, AbsurdSizesAreRefusedNamingTheKey) {
+  for (auto [key, value] : {std::pair<const char*, int>{"c2", 1 << 30}, {"num_classes", 256}, {"in_channels", 1000}}) {
+    nlohmann::json j = NetworkConfig{}.to_json();
+    j[key] = value;
+    if (std::string(key) == "c2") j["c1"] = 64;
+    try {
+      NetworkConfig::from_json(j);
+      ADD_FAILURE() << key << " = " << value << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json j = NetworkConfig{}.to_json();
+  j["stage2"]["dilations"] = {4, 4, 8, 8, 16, 5000};
+  EXPECT_THROW(NetworkConfig::from_json(j), std::invalid_argument);
+}
+
+// Numbers are taken as they are or refused: 1e20 into an int was undefined behaviour (found by
+// fuzz/fuzz_config.cpp), 2^32 + 32 wrapped to 32 and 3.7 became 3 without a word.
+TEST(Config, NumbersThatDoNotFitAreRefusedNamingTheKey) {
+  for (const char* text : {R"({"c0": 1e20})", R"({"c0": 4294967328})", R"({"c0": 3.7})", R"({"c0": "32"})",
+                           R"({"stage2": {"layers": 6, "dilations": [4, 4, 8, 8, 16, 8888888888888888888888]}})"}) {
+    try {
+      NetworkConfig::from_json(nlohmann::json::parse(text));
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_TRUE(m.find("c0") != std::string::npos || m.find("dilations") != std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(NetworkConfig::from_json(nlohmann::json::parse(R"({"c0": 16.0})")).c0, 16);  // an integral float is fine
+  nlohmann::json meta = ModelMeta::camvid().to_json();
+  meta["mean"] = {1e300, 0, 0};
+  EXPECT_THROW(ModelMeta::from_json(meta), std::invalid_argument);
+  meta = ModelMeta::camvid().to_json();
+  meta["std"] = {1, 0, 1};
+  EXPECT_THROW(ModelMeta::from_json(meta), std::invalid_argument);
 }
 
 TEST(Weights, MismatchNamesParameterAndBothShapes) {

@@ -16,6 +16,7 @@
 
 #include "lightseg/image_io.h"
 #include "lightseg/predictor.h"
+#include "fuzz_seeds.h"
 #include "predictor_fixtures.h"
 
 using namespace lightseg;
@@ -305,6 +306,7 @@ TEST(ImageIO, EveryPngColourTypeAndBitDepthDecodesToGrayRgbOrRgba) {
   for (const auto& f : table) {
     SCOPED_TRACE(png_name(f));
     const std::string png = write_png_file(f, pattern(f));
+    fixtures::save_fuzz_seed("image", png_name(f) + ".png", png);
     torch::Tensor img;
     ASSERT_NO_THROW(img = decode_image(png.data(), png.size()));
     const auto want = expected_decode(f);
@@ -332,6 +334,7 @@ TEST(ImageIO, JpegVariantsDecodeToGrayOrRgb) {
   for (const auto& f : table) {
     SCOPED_TRACE(f.name);
     const std::string jpg = write_jpeg_file(f);
+    fixtures::save_fuzz_seed("image", std::string(f.name) + ".jpg", jpg);
     torch::Tensor img;
     ASSERT_NO_THROW(img = decode_image(jpg.data(), jpg.size()));
     ASSERT_EQ(img.dim(), 3);

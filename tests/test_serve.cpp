@@ -583,6 +583,30 @@ TEST(Serve, InvalidUtf8InAParameterIsA400) {
   EXPECT_EQ(s.server().stats().server_errors, 0u);
 }
 
+// The in-process entry of the fuzz target (fuzz/fuzz_http.cpp): the same routing and answers
+// as over a socket, several requests on one "connection", nothing sent after a Connection: close.
+TEST(Serve, RequestBytesAreServedInProcessAsOneConnection) {
+  fx::one_thread();
+  Server server(test_predictor(), ServerOptions{});
+  const std::string png = encode_png(fx::shapes_sample(40, 30, 4).first);
+  const std::string post = "POST /v1/segment?format=json HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                           "Content-Length: " + std::to_string(png.size()) + "\r\n\r\n" + png;
+  const std::string out = server.handle_bytes("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + post +
+                                              "GET /%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" +
+                                              "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::vector<std::string> status;
+  for (size_t p = out.find("HTTP/1.1 "); p != std::string::npos; p = out.find("HTTP/1.1 ", p + 1))
+    status.push_back(out.substr(p + 9, 3));
+  EXPECT_EQ(status, (std::vector<std::string>{"200", "200", "404"})) << out.substr(0, 2000);
+  EXPECT_NE(out.find("\"height\":40"), std::string::npos) << out.substr(0, 2000);  // shapes_sample(h, w)
+  EXPECT_NE(out.find("\"width\":30"), std::string::npos);
+  EXPECT_NE(out.find("no such endpoint"), std::string::npos);
+  // malformed bytes: an error answer, not a crash or a hang
+  const std::string bad = server.handle_bytes("GARBAGE\r\n\r\n");
+  EXPECT_EQ(bad.rfind("HTTP/1.1 400", 0), 0u) << bad;
+  EXPECT_EQ(server.stats().server_errors, 0u);
+}
+
 TEST(Serve, KeepAliveRequestsAreNotDelayedByNagle) {
   fx::one_thread();
   RunningServer s;

@@ -38,6 +38,7 @@ std::pair<int64_t, int64_t> decode_image_size(const void* data, size_t size, con
 // Reads a label PNG: single-channel values as stored (palette PNGs: the palette index). 16-bit
 // labels are read exactly; a value above 255 throws, naming the file (class ids are 8-bit).
 torch::Tensor read_label_file(const std::string& path);
+torch::Tensor decode_label(const void* data, size_t size, const std::string& what = "label");
 
 // RGB H×W×3 (gray H×W or H×W×1, RGBA H×W×4 are converted) uint8 → 3×H×W float 0..255.
 torch::Tensor to_rgb_chw_float(const torch::Tensor& hwc);

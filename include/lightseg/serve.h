@@ -76,6 +76,11 @@ class Server {
   void stop();
   int port() const;
 
+  // Serves the HTTP/1.1 requests in `input` as one keep-alive connection would (the same
+  // routing, handlers, limits and error answers), in this thread, without a socket; returns the
+  // bytes the connection would have sent. For tests and the fuzz targets (fuzz/fuzz_http.cpp).
+  std::string handle_bytes(const std::string& input);
+
   // Counters for tests and logs.
   struct Stats {
     uint64_t requests = 0, ok = 0, client_errors = 0, rejected_busy = 0, server_errors = 0;

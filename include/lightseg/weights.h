@@ -29,6 +29,8 @@ struct WeightsFile {
 WeightsFile make_weights(Network& net, const ModelMeta& meta);
 void write_weights(const std::string& path, const WeightsFile& w);
 WeightsFile read_weights(const std::string& path);
+// The same from the file's bytes; `what` names the source in errors (read_weights: the path).
+WeightsFile parse_weights(const std::string& bytes, const std::string& what);
 // Copies the file's tensors into net. Throws naming the first mismatching parameter and both shapes.
 void load_into(Network& net, const WeightsFile& w);
 

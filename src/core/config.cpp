@@ -1,4 +1,5 @@
 #include "lightseg/config.h"
+#include "core/json_number.h"
 
 #include <fstream>
 #include <sstream>
@@ -43,10 +44,10 @@ static json stage_to_json(const StageConfig& s) {
 
 static StageConfig stage_from_json(const json& j, StageConfig s, const std::string& where) {
   check_keys(j, {"layers", "type", "dilations"}, where);
-  if (j.contains("layers")) s.layers = j.at("layers").get<int>();
+  if (j.contains("layers")) s.layers = json_number<int>(j.at("layers"), where + ".layers");
   if (j.contains("type")) s.type = fe_layer_type_from_string(j.at("type").get<std::string>());
   if (j.contains("dilations")) {
-    s.dilations = j.at("dilations").get<std::vector<int>>();
+    s.dilations = json_numbers<int>(j.at("dilations"), where + ".dilations");
   } else if (j.contains("layers") && static_cast<int>(s.dilations.size()) != s.layers) {
     // layer count changed without a schedule: repeat/trim the default schedule
     std::vector<int> d;
@@ -68,6 +69,19 @@ void NetworkConfig::validate() const {
   positive("num_classes", num_classes);
   positive("stage1.layers", stage1.layers);
   positive("stage2.layers", stage2.layers);
+  // Upper bounds: a typo (or a crafted weights header) must not ask for terabytes of weights.
+  auto at_most = [](const char* name, long v, long max) {
+    if (v > max)
+      throw std::invalid_argument(std::string("network.") + name + " must be <= " + std::to_string(max) + ", got " +
+                                  std::to_string(v));
+  };
+  at_most("in_channels", in_channels, 64);
+  at_most("c0", c0, 4096);
+  at_most("c1", c1, 4096);
+  at_most("c2", c2, 4096);
+  at_most("num_classes", num_classes, 255);  // class ids are 8-bit and 255 is "ignore"
+  at_most("stage1.layers", stage1.layers, 64);
+  at_most("stage2.layers", stage2.layers, 64);
   if (stage1.layers == stage2.layers)
     throw std::invalid_argument("C5.1: the two semantic branches must have different numbers of FE layers (stage1.layers = " +
                                 std::to_string(stage1.layers) + ", stage2.layers = " + std::to_string(stage2.layers) + ")");
@@ -79,7 +93,7 @@ void NetworkConfig::validate() const {
       throw std::invalid_argument(n + ".dilations has " + std::to_string(s.dilations.size()) +
                                   " entries but " + n + ".layers is " + std::to_string(s.layers));
     for (int d : s.dilations)
-      if (d <= 0) throw std::invalid_argument(n + ".dilations must be > 0, got " + std::to_string(d));
+      if (d <= 0 || d > 1024) throw std::invalid_argument(n + ".dilations must be in 1..1024, got " + std::to_string(d));
   }
   if (!(feb_ratio > 0.0 && feb_ratio <= 1.0))
     throw std::invalid_argument("network.feb_ratio must be in (0, 1], got " + std::to_string(feb_ratio));
@@ -104,15 +118,15 @@ NetworkConfig NetworkConfig::from_json(const json& jin) {
                  "spatial_attention", "num_classes"}, "network config");
   NetworkConfig c;
   try {
-    if (j.contains("in_channels")) c.in_channels = j.at("in_channels").get<int>();
-    if (j.contains("c0")) c.c0 = j.at("c0").get<int>();
-    if (j.contains("c1")) c.c1 = j.at("c1").get<int>();
-    if (j.contains("c2")) c.c2 = j.at("c2").get<int>();
+    if (j.contains("in_channels")) c.in_channels = json_number<int>(j.at("in_channels"), "network.in_channels");
+    if (j.contains("c0")) c.c0 = json_number<int>(j.at("c0"), "network.c0");
+    if (j.contains("c1")) c.c1 = json_number<int>(j.at("c1"), "network.c1");
+    if (j.contains("c2")) c.c2 = json_number<int>(j.at("c2"), "network.c2");
     if (j.contains("stage1")) c.stage1 = stage_from_json(j.at("stage1"), c.stage1, "network.stage1");
     if (j.contains("stage2")) c.stage2 = stage_from_json(j.at("stage2"), c.stage2, "network.stage2");
     if (j.contains("feb_ratio")) c.feb_ratio = j.at("feb_ratio").get<double>();
     if (j.contains("spatial_attention")) c.spatial_attention = j.at("spatial_attention").get<bool>();
-    if (j.contains("num_classes")) c.num_classes = j.at("num_classes").get<int>();
+    if (j.contains("num_classes")) c.num_classes = json_number<int>(j.at("num_classes"), "network.num_classes");
   } catch (const json::exception& e) {
     throw std::invalid_argument(std::string("network config: ") + e.what());
   }
@@ -146,6 +160,12 @@ json ModelMeta::to_json() const {
               {"dataset", dataset}};
 }
 
+static std::array<float, 3> three_floats(const json& v, const std::string& what) {
+  const auto x = json_numbers<float>(v, what);
+  if (x.size() != 3) throw std::invalid_argument(what + " must have 3 entries, got " + std::to_string(x.size()));
+  return {x[0], x[1], x[2]};
+}
+
 ModelMeta ModelMeta::from_json(const json& j) {
   ModelMeta m;
   try {
@@ -154,7 +174,7 @@ ModelMeta ModelMeta::from_json(const json& j) {
     if (j.contains("palette")) {
       m.palette.clear();
       for (const auto& c : j.at("palette")) {
-        auto v = c.get<std::vector<int>>();
+        auto v = json_numbers<int>(c, "palette entry");
         if (v.size() != 3) throw std::invalid_argument("palette entries must be [r, g, b]");
         RGB rgb;
         for (int k = 0; k < 3; ++k) {
@@ -164,9 +184,11 @@ ModelMeta ModelMeta::from_json(const json& j) {
         m.palette.push_back(rgb);
       }
     }
-    if (j.contains("mean")) m.mean = j.at("mean").get<std::array<float, 3>>();
-    if (j.contains("std")) m.std = j.at("std").get<std::array<float, 3>>();
-    if (j.contains("ignore_index")) m.ignore_index = j.at("ignore_index").get<int>();
+    if (j.contains("mean")) m.mean = three_floats(j.at("mean"), "mean");
+    if (j.contains("std")) m.std = three_floats(j.at("std"), "std");
+    for (float x : m.std)
+      if (!(x > 0)) throw std::invalid_argument("std entries must be > 0 (the input is divided by them)");
+    if (j.contains("ignore_index")) m.ignore_index = json_number<int>(j.at("ignore_index"), "ignore_index");
     if (j.contains("dataset")) m.dataset = j.at("dataset").get<std::string>();
   } catch (const json::exception& e) {
     throw std::invalid_argument(std::string("model metadata: ") + e.what());

@@ -256,11 +256,14 @@ torch::Tensor read_image_file(const std::string& path, int64_t max_pixels) {
   return decode_image(b.data(), b.size(), "'" + path + "'", max_pixels);
 }
 
+torch::Tensor decode_label(const void* data, size_t size, const std::string& what) {
+  if (sniff_format(data, size) != ImageFormat::PNG) throw std::runtime_error(what + ": a label must be a PNG file");
+  return decode_png(data, size, what, 1, kMaxPixels).squeeze(2);
+}
+
 torch::Tensor read_label_file(const std::string& path) {
   std::string b = read_file(path);
-  if (sniff_format(b.data(), b.size()) != ImageFormat::PNG)
-    throw std::runtime_error("'" + path + "': a label must be a PNG file");
-  return decode_png(b.data(), b.size(), "'" + path + "'", 1, kMaxPixels).squeeze(2);
+  return decode_label(b.data(), b.size(), "'" + path + "'");
 }
 
 torch::Tensor to_rgb_chw_float(const torch::Tensor& img) {

@@ -1,4 +1,5 @@
 #include "lightseg/weights.h"
+#include "core/json_number.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -115,7 +116,11 @@ WeightsFile read_weights(const std::string& path) {
   if (fs::is_directory(path, ec)) throw std::runtime_error("cannot read weights file '" + path + "': is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open weights file '" + path + "'");
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_weights(all, path);
+}
+
+WeightsFile parse_weights(const std::string& all, const std::string& path) {
   if (all.size() < 16 || std::memcmp(all.data(), kMagic, 8) != 0)
     throw std::runtime_error("'" + path + "' is not a lightseg weights file (bad magic)");
   uint64_t len = 0;
@@ -144,8 +149,8 @@ WeightsFile read_weights(const std::string& path) {
     if (h.contains("extra")) w.extra = h.at("extra");
     for (const auto& t : h.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
-      const auto shape = t.at("shape").get<std::vector<int64_t>>();
-      const size_t off = t.at("offset").get<size_t>(), bytes = t.at("bytes").get<size_t>();
+      const auto shape = json_numbers<int64_t>(t.at("shape"), "shape");
+      const size_t off = json_number<size_t>(t.at("offset"), "offset"), bytes = json_number<size_t>(t.at("bytes"), "bytes");
       const std::string dt = t.at("dtype").get<std::string>();
       auto type = dt == "f32" ? torch::kFloat32 : dt == "i64" ? torch::kInt64 : throw std::runtime_error("unknown dtype " + dt);
       // The size from the shape, checked before anything is allocated: no negative or
@@ -169,7 +174,7 @@ WeightsFile read_weights(const std::string& path) {
     if (h.contains("blobs"))
       for (const auto& b : h.at("blobs")) {
         const std::string name = b.at("name").get<std::string>();
-        const size_t off = b.at("offset").get<size_t>(), bytes = b.at("bytes").get<size_t>();
+        const size_t off = json_number<size_t>(b.at("offset"), "offset"), bytes = json_number<size_t>(b.at("bytes"), "bytes");
         if (!in_data(off, bytes))
           throw std::runtime_error("'" + path + "' is truncated or corrupt at blob '" + name + "'" +
                                    where(off, bytes));

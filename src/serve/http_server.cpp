@@ -145,6 +145,43 @@ class HttpServer::Stream : public httplib::Stream {
   size_t off_ = 0, len_ = 0;
 };
 
+// httplib's Stream over bytes in memory (serve_bytes): reads `in`, appends what is written to `out`.
+class HttpServer::MemoryStream : public httplib::Stream {
+ public:
+  MemoryStream(const std::string& in, std::string& out, RequestState& rs) : in_(in), out_(out), rs_(rs) {}
+
+  bool is_readable() const override { return off_ < in_.size(); }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    if (rs_.in_body && rs_.refuse_body) return -1;
+    const size_t n = std::min(size, in_.size() - off_);
+    if (n == 0) return 0;
+    std::memcpy(ptr, in_.data() + off_, n);
+    off_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    out_.append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 1;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 2;
+  }
+  socket_t socket() const override { return INVALID_SOCKET; }
+  bool done() const { return off_ >= in_.size(); }
+
+ private:
+  const std::string& in_;
+  std::string& out_;
+  RequestState& rs_;
+  size_t off_ = 0;
+};
+
 HttpServer::HttpServer() {
   // An over-limit body is refused before the client sends it, not after "100 Continue".
   set_expect_100_continue_handler([](const httplib::Request&, httplib::Response& res) {
@@ -328,6 +365,31 @@ void HttpServer::serve_connection(Conn& c) {
     ended_.notify_all();
   }
   ::close(fd);
+}
+
+std::string HttpServer::serve_bytes(const std::string& input) {
+  std::string out;
+  RequestState rs;
+  RequestState* const outer = current_;
+  current_ = &rs;
+  MemoryStream strm(input, out, rs);
+  for (size_t n = 1; !strm.done(); ++n) {
+    rs = RequestState{};
+    rs.head_deadline = Clock::now() + seconds(limits_.head_timeout);
+    const bool last = n >= keep_alive_max_count_;
+    bool closed = false, ok = false;
+    try {
+      ok = process_request(strm, last, closed, [this, &rs](httplib::Request& req) { on_head(req, rs); });
+    } catch (const std::exception& e) {
+      notice(std::string("internal error outside a handler, connection closed: ") + e.what());
+    } catch (...) {
+      notice("internal error outside a handler, connection closed");
+    }
+    release_slot(rs);
+    if (!ok || closed || last || rs.close || rs.refuse_body) break;
+  }
+  current_ = outer;
+  return out;
 }
 
 // The head is parsed: the body's turn. A body over the limit is not read at all; one within it

@@ -58,10 +58,16 @@ class HttpServer : public httplib::Server {
   // For handlers: did the head or body of the request this thread serves miss its deadline?
   static bool request_timed_out();
 
+  // Serves the requests in `input` as one connection would (keep-alive, the same parsing,
+  // handlers, limits and error path), from memory and without a socket; returns the bytes the
+  // connection would have sent. For tests and the fuzz targets. Deadlines do not apply.
+  std::string serve_bytes(const std::string& input);
+
  private:
   using Clock = std::chrono::steady_clock;
   struct RequestState;
   class Stream;
+  class MemoryStream;
   struct Conn {
     int fd = -1;                 // -1 once closed (guarded by mu_)
     bool idle = true;            // waiting for a request (guarded by mu_): stop() closes it at once

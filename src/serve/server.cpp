@@ -471,6 +471,8 @@ void Server::stop() { impl_->http.stop(impl_->opt.stop_grace); }
 
 int Server::port() const { return impl_->port; }
 
+std::string Server::handle_bytes(const std::string& input) { return impl_->http.serve_bytes(input); }
+
 Server::Stats Server::stats() const {
   Stats s;
   s.requests = impl_->n_requests;

@@ -1,4 +1,5 @@
 #include <cmath>
+#include "core/json_number.h"
 #include <stdexcept>
 
 #include "lightseg/train.h"
@@ -33,9 +34,9 @@ void TrainOptions::apply_json(const json& j) {
       else if (k == "train_split") train_split = v.get<std::string>();
       else if (k == "val_split") val_split = v.get<std::string>();
       else if (k == "out_dir") out_dir = v.get<std::string>();
-      else if (k == "epochs") epochs = v.get<int>();
-      else if (k == "batch") batch = v.get<int>();
-      else if (k == "crop") { auto c = v.get<std::vector<int64_t>>(); if (c.size() != 2) throw std::invalid_argument("train.crop must be [h, w]"); crop_h = c[0]; crop_w = c[1]; }
+      else if (k == "epochs") epochs = json_number<int>(v, "train." + k);
+      else if (k == "batch") batch = json_number<int>(v, "train." + k);
+      else if (k == "crop") { auto c = json_numbers<int64_t>(v, "train." + k); if (c.size() != 2) throw std::invalid_argument("train.crop must be [h, w]"); crop_h = c[0]; crop_w = c[1]; }
       else if (k == "optimizer") optimizer = v.get<std::string>();
       else if (k == "lr") lr = v.get<double>();
       else if (k == "weight_decay") weight_decay = v.get<double>();
@@ -52,19 +53,19 @@ void TrainOptions::apply_json(const json& j) {
       else if (k == "loss") loss = v.get<std::string>();
       else if (k == "ohem_thresh") ohem_thresh = v.get<double>();
       else if (k == "ohem_min_kept") ohem_min_kept = v.get<double>();
-      else if (k == "class_weights") class_weights = v.get<std::vector<float>>();
+      else if (k == "class_weights") class_weights = json_numbers<float>(v, "train." + k);
       else if (k == "aux_weight") aux_weight = v.get<double>();
       else if (k == "ema_decay") ema_decay = v.get<double>();
       else if (k == "time_limit_min") time_limit_min = v.get<double>();
       else if (k == "device") device = v.get<std::string>();
-      else if (k == "val_every") val_every = v.get<int>();
-      else if (k == "seed") seed = v.get<uint64_t>();
-      else if (k == "workers") workers = v.get<int>();
-      else if (k == "prefetch") prefetch = v.get<int>();
+      else if (k == "val_every") val_every = json_number<int>(v, "train." + k);
+      else if (k == "seed") seed = json_number<uint64_t>(v, "train." + k);
+      else if (k == "workers") workers = json_number<int>(v, "train." + k);
+      else if (k == "prefetch") prefetch = json_number<int>(v, "train." + k);
       else if (k == "channels_last") channels_last = v.get<bool>();
       else if (k == "amp") amp = v.get<bool>();
       else if (k == "amp_cpu") amp_cpu = v.get<bool>();
-      else if (k == "max_iters") max_iters = v.get<int64_t>();
+      else if (k == "max_iters") max_iters = json_number<int64_t>(v, "train." + k);
       else if (k == "sync_bn") sync_bn = v.get<bool>();
       else if (k == "overlap_allreduce") overlap_allreduce = v.get<bool>();
       else if (k == "bucket_mb") bucket_mb = v.get<double>();
@@ -86,7 +87,8 @@ void TrainOptions::validate() const {
   need(!out_dir.empty(), "train: --out is required");
   need(epochs > 0, "train: epochs must be > 0, got " + std::to_string(epochs));
   need(batch > 0, "train: batch must be > 0, got " + std::to_string(batch));
-  need(crop_h >= 32 && crop_w >= 32, "train: crop must be at least 32x32, got " + std::to_string(crop_h) + "x" + std::to_string(crop_w));
+  need(crop_h >= 32 && crop_w >= 32 && crop_h <= 16384 && crop_w <= 16384,
+       "train: crop must be 32x32 .. 16384x16384, got " + std::to_string(crop_h) + "x" + std::to_string(crop_w));
   need(optimizer == "adam" || optimizer == "adamw" || optimizer == "sgd", "train: optimizer must be adam, adamw or sgd, got '" + optimizer + "'");
   need(loss == "wce" || loss == "ce" || loss == "ohem", "train: loss must be wce, ce or ohem, got '" + loss + "'");
   need(lr > 0, "train: lr must be > 0");
@@ -111,7 +113,7 @@ json EpochRecord::to_json() const {
 
 EpochRecord EpochRecord::from_json(const json& j) {
   EpochRecord r;
-  r.epoch = j.at("epoch").get<int>();
+  r.epoch = json_number<int>(j.at("epoch"), "epoch");
   r.loss = j.at("loss").get<double>();
   r.lr = j.at("lr").get<double>();
   r.seconds = j.value("seconds", 0.0);

@@ -1,5 +1,6 @@
 // The training loop (see include/lightseg/train.h for the contract).
 #include <ATen/autocast_mode.h>
+#include "core/json_number.h"
 #include <torch/version.h>
 
 #include <algorithm>
@@ -84,7 +85,7 @@ std::vector<float> class_weights_cached(const SegDataset& ds, const TrainOptions
   if (fs::exists(cache)) {
     try {
       auto j = read_json_file(cache.string());
-      if (j.value("key", "") == key) return j.at("weights").get<std::vector<float>>();
+      if (j.value("key", "") == key) return json_numbers<float>(j.at("weights"), "weights");
     } catch (...) {
     }
   }
@@ -193,9 +194,9 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
     const json& t = resumed.extra.at("train");
     if (!(resumed.config == o.network)) say("resuming with the network configuration stored in the checkpoint");
     o.network = resumed.config;
-    start_epoch = t.at("epoch").get<int>();
-    start_batch = t.at("batch").get<int64_t>();
-    global_step = t.at("global_step").get<int64_t>();
+    start_epoch = json_number<int>(t.at("epoch"), "epoch");
+    start_batch = json_number<int64_t>(t.at("batch"), "batch");
+    global_step = json_number<int64_t>(t.at("global_step"), "global_step");
     best_miou = t.at("best_miou").get<double>();
     part_loss = t.value("part_loss", 0.0);
     part_count = t.value("part_count", int64_t(0));

@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Writes fuzz/corpus/http: the requests a client sends (every route, format, body kind).
+Uses two image seeds of fuzz/corpus/image. Run from the repository root."""
+import os
+
+d = 'fuzz/corpus/http'
+os.makedirs(d, exist_ok=True)
+png = open('fuzz/corpus/image/rgb_8_bit.png', 'rb').read()
+jpg = open('fuzz/corpus/image/baseline_gray.jpg', 'rb').read()
+
+
+def req(method, path, body=b'', headers=()):
+    h = [f'{method} {path} HTTP/1.1', 'Host: 127.0.0.1'] + list(headers)
+    if body or method == 'POST':
+        h.append(f'Content-Length: {len(body)}')
+    return ('\r\n'.join(h) + '\r\n\r\n').encode() + body
+
+
+seeds = {
+    'healthz': req('GET', '/healthz'),
+    'model': req('GET', '/v1/model'),
+    'page': req('GET', '/'),
+    'notfound-utf8': req('GET', '/%ff%c0%ae'),
+    'segment-ids': req('POST', '/v1/segment', png, ['Content-Type: image/png']),
+    'segment-color': req('POST', '/v1/segment?format=color', png),
+    'segment-overlay-alpha': req('POST', '/v1/segment?format=overlay&alpha=0.3', jpg),
+    'segment-json-image': req('POST', '/v1/segment?format=json&image=overlay', png),
+    'segment-bad-format': req('POST', '/v1/segment?format=%ff', png),
+    'segment-empty': req('POST', '/v1/segment'),
+    'segment-put': req('PUT', '/v1/segment', png),
+    'segment-truncated': req('POST', '/v1/segment', png[:len(png) // 2]),
+    'keepalive-two': req('GET', '/healthz') + req('POST', '/v1/segment?format=json', png),
+    'expect-continue': req('POST', '/v1/segment', png, ['Expect: 100-continue']),
+    'over-limit-length': b'POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n',
+}
+form = (b'--XyZ\r\nContent-Disposition: form-data; name="image"; filename="a.png"\r\n'
+        b'Content-Type: image/png\r\n\r\n' + png + b'\r\n--XyZ--\r\n')
+seeds['multipart'] = req('POST', '/v1/segment?format=json', form, ['Content-Type: multipart/form-data; boundary=XyZ'])
+chunks = b'%x\r\n' % 40 + png[:40] + b'\r\n' + b'%x\r\n' % len(png[40:]) + png[40:] + b'\r\n0\r\n\r\n'
+seeds['chunked'] = b'POST /v1/segment HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n' + chunks
+for name, data in seeds.items():
+    open(os.path.join(d, name), 'wb').write(data)
+print(f'{len(seeds)} seeds in {d}')
