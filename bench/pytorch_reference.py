@@ -4,7 +4,7 @@
 Needs PyTorch: Debian's `apt-get install python3-torch` (1.13, the same oneDNN as LibTorch),
 run with /usr/bin/python3. Nothing in the build or the tests needs it.
 
-Same modules, parameter names and data flow as src/model/*.cpp (NETWORK.md defaults, or a
+Same modules, parameter names and data flow as src/model/*.cpp (docs/NETWORK.md defaults, or a
 configuration / weights file), so a .lsw weights file loads here unchanged.
 
   /usr/bin/python3 bench/pytorch_reference.py --size 360x480 --threads 2          # inference

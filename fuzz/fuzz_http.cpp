@@ -27,7 +27,6 @@ Server& server() {
     auto pred = std::make_shared<Predictor>(Network(c), ModelMeta::camvid(), po);
     ServerOptions so;
     so.max_bytes = 1 << 20;
-    so.max_pixels = fuzz::kMaxPixels;
     return new Server(pred, so);  // lives for the process (libFuzzer exits without unwinding)
   }();
   return *s;

@@ -1,7 +1,8 @@
 // Fuzz target: what every image a user or a client sends goes through (issue 17, D2/D4/D9).
-// The format sniffer, the header size (decode_image_size), the decoder (decode_image) and the
-// label reader (decode_label). Beyond "no crash, no leak, no undefined behaviour" it checks:
-// a decoded image has exactly the header's size, 1, 3 or 4 channels, and a label is H×W.
+// The format sniffer, the checks before decoding (check_image), the header size
+// (decode_image_size), the decoder (decode_image) and the label reader (decode_label).
+// Beyond "no crash, no leak, no undefined behaviour" it checks: the checks and the decoder
+// agree on the size, a decoded image is H×W×{1,3,4}, a label is H×W.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     wh = decode_image_size(data, size);
   } catch (const std::runtime_error&) {
+  }
+  try {  // the checks before decoding agree with the header
+    const ImageSize s = check_image(data, size, "input", fuzz::kMaxPixels);
+    fuzz::require(s.width == wh.first && s.height == wh.second, "check_image disagrees with decode_image_size");
+  } catch (const InputError& e) {
+    fuzz::require(e.kind() != InputError::Kind::TooLarge || wh.first * wh.second > fuzz::kMaxPixels,
+                  "TooLarge below the limit");
   }
   try {
     const torch::Tensor img = decode_image(data, size, "input", fuzz::kMaxPixels);

@@ -100,7 +100,7 @@ def main():
     rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in ev["per_class"].items())
     md = f"""# Model card: {card['name']}
 
-The default network of NETWORK.md trained from scratch on CamVid with `lightseg train`.
+The default network of [docs/NETWORK.md](../docs/NETWORK.md) trained from scratch on CamVid with `lightseg train`.
 {status}
 
 | | |

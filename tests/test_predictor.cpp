@@ -137,18 +137,32 @@ TEST(Predictor, BadEncodedInputThrowsInputErrorOfTheRightKind) {
   EXPECT_THROW(p.predict(torch::zeros({8, 8, 2, 1}, torch::kUInt8)), std::invalid_argument);
 }
 
-TEST(Predictor, PeeksImageSizeFromHeaders) {
+TEST(Predictor, ChecksImageSizeFromHeadersWithItsPixelLimit) {
   fx::one_thread();
   auto img = rgb_image(37, 53, 4);
+  PredictorOptions o;
+  o.backend = "fused";
+  o.max_pixels = 53 * 37;
+  Predictor p(fx::random_network(), ModelMeta::camvid(), o);
   for (const std::string& bytes : {encode_png(img), encode_jpeg(img), encode_png(img.select(2, 0).contiguous())}) {
-    auto s = peek_image_size(bytes.data(), bytes.size());
+    const ImageSize s = check_image(bytes.data(), bytes.size());
     EXPECT_EQ(s.width, 53);
     EXPECT_EQ(s.height, 37);
+    EXPECT_EQ(p.check_encoded(bytes.data(), bytes.size()).width, 53);  // exactly at the limit
   }
-  EXPECT_EQ(peek_image_size("abc", 3).width, 0);
-  EXPECT_EQ(sniff_image_kind("RIFF\0\0\0\0WEBPVP8 ", 16), "WebP");
-  EXPECT_EQ(sniff_image_kind("II*\0", 4), "TIFF");
-  EXPECT_EQ(sniff_image_kind("just text", 9), "");
+  const std::string wider = encode_png(rgb_image(37, 54, 4));
+  try {
+    p.check_encoded(wider.data(), wider.size(), "wider");
+    ADD_FAILURE() << "one column over the limit passed";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.kind(), InputError::Kind::TooLarge);
+    EXPECT_NE(std::string(e.what()).find("54×37"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_image("abc", 3), InputError);
+  EXPECT_EQ(format_name(sniff_format("RIFF\0\0\0\0WEBPVP8 ", 16)), "WebP");
+  EXPECT_EQ(format_name(sniff_format("II*\0", 4)), "TIFF");
+  EXPECT_EQ(format_name(sniff_format("GIF89a", 6)), "GIF");
+  EXPECT_EQ(sniff_format("just text", 9), ImageFormat::Unknown);
 }
 
 TEST(Predictor, UsesTheDefaultWeightsWhenNoneAreGiven) {
@@ -202,4 +216,18 @@ TEST(Palette, ColorizeOverlayAndLegend) {
   EXPECT_EQ(lg[1].name, "b");
   auto j = legend_json(lg);
   EXPECT_EQ(j[1]["color"][0], 200);
+}
+
+// The one rendering segment and serve share: PNG bytes that decode to the ids, the mask, the overlay.
+TEST(Palette, RenderGivesThePngOfEachRendering) {
+  std::vector<RGB> pal = {{{10, 20, 30}}, {{200, 100, 0}}};
+  auto labels = torch::tensor({0, 1, 1, 255, 0, 1}, torch::kUInt8).view({2, 3});
+  auto img = torch::full({2, 3, 3}, 100, torch::kUInt8);
+  auto decoded = [](const std::string& png) { return decode_image(png.data(), png.size()); };
+  EXPECT_TRUE(decoded(render(img, labels, pal, Render::Ids)).squeeze(2).equal(labels));
+  EXPECT_TRUE(decoded(render(img, labels, pal, render_from_string("color"))).equal(colorize(labels, pal)));
+  EXPECT_TRUE(decoded(render(img, labels, pal, Render::Overlay, 0.3)).equal(overlay(img, labels, pal, 0.3)));
+  EXPECT_TRUE(decoded(render(img, labels.to(torch::kLong), pal, Render::Ids)).squeeze(2).equal(labels));
+  EXPECT_THROW(render_from_string("json"), std::invalid_argument);
+  EXPECT_THROW(render(img, labels, pal, Render::Overlay, 2.0), std::invalid_argument);
 }

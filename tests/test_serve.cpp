@@ -18,6 +18,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -36,17 +38,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::shared_ptr<const Predictor> test_predictor() {
-  static auto p = std::make_shared<const Predictor>(fx::random_network(), ModelMeta::camvid());
+// One predictor per pixel limit (the server's limit is its predictor's).
+std::shared_ptr<const Predictor> test_predictor(int64_t max_pixels = 4096 * 1024) {
+  static std::mutex mu;
+  static std::map<int64_t, std::shared_ptr<const Predictor>> made;
+  std::lock_guard<std::mutex> l(mu);
+  auto& p = made[max_pixels];
+  if (!p) {
+    PredictorOptions po;
+    po.max_pixels = max_pixels;
+    p = std::make_shared<const Predictor>(fx::random_network(), ModelMeta::camvid(), po);
+  }
   return p;
 }
 
 // A server on a free port, running in a thread for the test's lifetime.
 class RunningServer {
  public:
-  explicit RunningServer(ServerOptions o = {}) {
+  explicit RunningServer(ServerOptions o = {}, int64_t max_pixels = 4096 * 1024) {
     o.port = 0;
-    server_ = std::make_unique<Server>(test_predictor(), o);
+    server_ = std::make_unique<Server>(test_predictor(max_pixels), o);
     port_ = server_->bind();
     thread_ = std::thread([this] {
       server_->run();
@@ -402,8 +413,7 @@ TEST(Serve, BadInputGetsA4xxJsonError) {
   fx::one_thread();
   ServerOptions o;
   o.max_bytes = 64 * 1024;
-  o.max_pixels = 100 * 100;
-  RunningServer s(o);
+  RunningServer s(o, 100 * 100);
   auto c = s.client();
   auto img = fx::shapes_sample(40, 40, 4).first;
   const std::string png = encode_png(img), jpg = encode_jpeg(img);

@@ -1,4 +1,4 @@
-// lightseg: configuration of the network (NETWORK.md defaults) and the model's metadata.
+// lightseg: configuration of the network (docs/NETWORK.md defaults) and the model's metadata.
 //
 // A configuration is a small JSON file. Every key is optional; missing keys keep the
 // defaults below, unknown keys are an error (so typos do not silently fall back).

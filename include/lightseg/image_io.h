@@ -12,8 +12,12 @@
 
 namespace lightseg {
 
-enum class ImageFormat { Unknown, PNG, JPEG };
+// The format from the first bytes. lightseg reads PNG and JPEG; the others are recognised so
+// that an error can name them.
+enum class ImageFormat { Unknown, PNG, JPEG, GIF, BMP, WebP, TIFF, HEIF };
 ImageFormat sniff_format(const void* data, size_t size);
+// "PNG", "JPEG", "GIF", "BMP", "WebP", "TIFF", "HEIF/AVIF"; "" for Unknown.
+std::string format_name(ImageFormat f);
 
 // An image whose header gives more pixels than the decoder's limit (the caller's max_pixels,
 // and at most 2^28 in any case). Thrown after reading the header, before any pixel is decoded.
@@ -21,6 +25,35 @@ class ImageTooLarge : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// An input the caller should fix (as opposed to an internal failure). `kind` lets a front end
+// choose its answer, e.g. an HTTP status.
+class InputError : public std::invalid_argument {
+ public:
+  enum class Kind {
+    Empty,        // no bytes
+    NotAnImage,   // neither PNG nor JPEG nor any other recognised image format
+    Unsupported,  // a recognised image format that lightseg does not read (GIF, BMP, WebP, TIFF)
+    Corrupt,      // PNG/JPEG whose data is corrupt or truncated
+    TooLarge,     // more pixels than the limit (check_image's max_pixels, PredictorOptions::max_pixels)
+  };
+  InputError(Kind kind, const std::string& what) : std::invalid_argument(what), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+// Width and height (each below 2^31, so width·height does not overflow).
+struct ImageSize {
+  int64_t width = 0, height = 0;
+};
+
+// The checks before decoding an image someone sent, each with its InputError kind: empty,
+// not an image, a format other than PNG/JPEG (named), a header libpng/libjpeg cannot read
+// (Corrupt), more than max_pixels (> 0) from the header (TooLarge). Returns the header's size.
+// decode_image(..., max_pixels) checks the limit again on what it decodes.
+ImageSize check_image(const void* data, size_t size, const std::string& what = "image", int64_t max_pixels = 0);
 
 // Decodes PNG (any colour type and bit depth, tRNS, interlace; 16-bit is reduced to 8) or JPEG
 // (baseline or progressive; gray, YCbCr, RGB, CMYK/YCCK). Returns H×W×C uint8 with C = 1 (gray),
@@ -48,7 +81,5 @@ std::string encode_png(const torch::Tensor& img, int compression = 3);
 std::string encode_jpeg(const torch::Tensor& img, int quality = 90);
 void write_png(const std::string& path, const torch::Tensor& img);
 void write_jpeg(const std::string& path, const torch::Tensor& img, int quality = 90);
-
-std::string read_file(const std::string& path);
 
 }  // namespace lightseg

@@ -1,7 +1,7 @@
 // lightseg: the network of claims 1–7.
 //
 // Basic usage:
-//   lightseg::Network net(lightseg::NetworkConfig{});        // NETWORK.md defaults
+//   lightseg::Network net(lightseg::NetworkConfig{});        // docs/NETWORK.md defaults
 //   torch::Tensor logits = net->forward(images);              // N×3×H×W → N×K×H×W
 //   auto o = net->forward_debug(images);                      // every named intermediate
 //

@@ -3,6 +3,7 @@
 //   auto mask = lightseg::colorize(labels, meta.palette);           // H×W×3 uint8
 //   auto over = lightseg::overlay(image, labels, meta.palette, 0.5); // image blended with mask
 //   for (auto& e : lightseg::legend(labels, meta)) ...               // name, colour, pixel share
+//   std::string png = lightseg::render(image, labels, meta.palette, lightseg::Render::Overlay);
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,15 @@ torch::Tensor colorize(const torch::Tensor& labels, const std::vector<RGB>& pale
 // alpha ∈ [0, 1] (throws otherwise, and when the sizes differ, showing both).
 torch::Tensor overlay(const torch::Tensor& image, const torch::Tensor& labels, const std::vector<RGB>& palette,
                       double alpha = 0.5);
+
+// What `segment` writes and `serve` answers: the label ids (8-bit PNG, values = class ids),
+// the colour mask, or the overlay on the image.
+enum class Render { Ids, Color, Overlay };
+// "ids", "color", "overlay" → Render; anything else throws std::invalid_argument naming it.
+Render render_from_string(const std::string& name);
+// The PNG bytes of one rendering (image is used by Overlay only; see overlay for alpha).
+std::string render(const torch::Tensor& image, const torch::Tensor& labels, const std::vector<RGB>& palette,
+                   Render what, double alpha = 0.5);
 
 struct LegendEntry {
   int id = 0;

@@ -31,38 +31,10 @@
 #include <torch/torch.h>
 
 #include "lightseg/config.h"
+#include "lightseg/image_io.h"
 #include "lightseg/network.h"
 
 namespace lightseg {
-
-// An input the caller should fix (as opposed to an internal failure). `kind` lets a front end
-// choose its answer, e.g. an HTTP status.
-class InputError : public std::invalid_argument {
- public:
-  enum class Kind {
-    Empty,        // no bytes
-    NotAnImage,   // neither PNG nor JPEG nor any other recognised image format
-    Unsupported,  // a recognised image format that lightseg does not read (GIF, BMP, WebP, TIFF)
-    Corrupt,      // PNG/JPEG whose data is corrupt or truncated
-    TooLarge,     // more pixels than PredictorOptions::max_pixels
-  };
-  InputError(Kind kind, const std::string& what) : std::invalid_argument(what), kind_(kind) {}
-  Kind kind() const { return kind_; }
-
- private:
-  Kind kind_;
-};
-
-// Width and height from an image's header (PNG IHDR or JPEG SOF) without decoding it, read by
-// libpng/libjpeg as the decoder reads them (see decode_image_size). Returns {0, 0} when they
-// cannot read the header: the decoder refuses such an image before decoding any pixel.
-// Each side is below 2^31, so width·height does not overflow.
-struct ImageSize {
-  int64_t width = 0, height = 0;
-};
-ImageSize peek_image_size(const void* data, size_t size);
-// "PNG", "JPEG", "GIF", "BMP", "WebP", "TIFF" or "" (not an image we recognise).
-std::string sniff_image_kind(const void* data, size_t size);
 
 struct PredictorOptions {
   std::string weights;             // .lsw file; empty: default_weights_path() (throws if none)
@@ -99,9 +71,8 @@ class Predictor {
   // labels of single calls (up to float rounding in rare near-ties).
   std::vector<Prediction> predict_batch(const std::vector<torch::Tensor>& images, bool confidence = false) const;
 
-  // Throws InputError when the encoded image is empty, not PNG/JPEG, has a header the decoder
-  // cannot read (Corrupt) or is over max_pixels.
-  void check_encoded(const void* data, size_t size, const std::string& what = "image") const;
+  // check_image with this predictor's max_pixels: the size from the header, or InputError.
+  ImageSize check_encoded(const void* data, size_t size, const std::string& what = "image") const;
 
   const ModelMeta& meta() const;
   const NetworkConfig& config() const;

@@ -20,7 +20,8 @@
 // Bad input gets a 4xx JSON {"error": "..."}: 400 empty body, corrupt/truncated image, bad
 // parameter (invalid UTF-8 included) or malformed request; 408 a head or body that arrived too
 // slowly; 413 body over max_bytes (a Content-Length over it is answered at once, before any
-// "100 Continue") or image over max_pixels; 415 not an image or an unsupported format. 503 when
+// "100 Continue") or image over the predictor's max_pixels (PredictorOptions, required > 0: the one
+// pixel limit, checked from the header before decoding and on the decoded size); 415 not an image or an unsupported format. 503 when
 // max_queue requests already wait for the network, or max_connections are open.
 //
 // Slow clients cannot hold the service: each connection has its own thread (blocked reads cost
@@ -30,7 +31,7 @@
 //
 // Memory is bounded: at most http_threads requests read a body at a time (each ≤ max_bytes;
 // more wait for their turn), at most engines + max_queue of them hold a decoded image
-// (≤ 4·max_pixels bytes) and `engines` run the network at once; the rest are answered 503 at once.
+// (≤ 4·max_pixels bytes, the predictor's limit) and `engines` run the network at once; the rest are answered 503 at once.
 #pragma once
 
 #include <cstddef>
@@ -47,7 +48,6 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                         // 0: any free port (see Server::bind)
   size_t max_bytes = 16u << 20;            // request body limit
-  int64_t max_pixels = 4096 * 1024;        // decoded image limit (width·height)
   int max_queue = 32;                      // requests allowed to wait for an engine
   int http_threads = 0;                    // requests reading a body at once; 0: engines + max_queue + 8
   int max_connections = 1000;              // open connections at most (more: 503 and closed)

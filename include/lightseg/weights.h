@@ -38,9 +38,6 @@ void load_into(Network& net, const WeightsFile& w);
 Network load_network(const std::string& path, ModelMeta* meta = nullptr);
 void save_network(const std::string& path, Network& net, const ModelMeta& meta);
 
-// Writes `bytes` to `path` atomically (temporary file + fsync + rename).
-void write_file_atomic(const std::string& path, const std::string& bytes);
-
 // The default weights shipped in the repository (models/camvid.lsw), found next to the
 // executable's install tree, in LIGHTSEG_MODELS or in the source tree. Empty if none.
 std::string default_weights_path();

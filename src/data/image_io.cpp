@@ -12,24 +12,40 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "lightseg/weights.h"  // write_file_atomic
+#include "core/file_io.h"
 
 namespace lightseg {
 
 ImageFormat sniff_format(const void* data, size_t size) {
   const auto* b = static_cast<const unsigned char*>(data);
+  auto starts = [&](const char* magic, size_t n, size_t at = 0) {
+    return size >= at + n && std::memcmp(b + at, magic, n) == 0;
+  };
   if (size >= 8 && png_sig_cmp(const_cast<png_bytep>(b), 0, 8) == 0) return ImageFormat::PNG;
   if (size >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageFormat::JPEG;
+  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return ImageFormat::GIF;
+  if (starts("RIFF", 4) && starts("WEBP", 4, 8)) return ImageFormat::WebP;
+  if (starts("II*\0", 4) || starts("MM\0*", 4)) return ImageFormat::TIFF;
+  if (starts("ftyp", 4, 4)) return ImageFormat::HEIF;
+  if (starts("BM", 2) && size >= 18) {
+    const uint32_t dib = b[14] | (b[15] << 8) | (b[16] << 16) | (uint32_t(b[17]) << 24);
+    if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 || dib == 124) return ImageFormat::BMP;
+  }
   return ImageFormat::Unknown;
 }
 
-std::string read_file(const std::string& path) {
-  // (reading a directory would fail with a stream error that does not name it)
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw std::runtime_error("cannot read '" + path + "': is a directory");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open '" + path + "'");
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+std::string format_name(ImageFormat f) {
+  switch (f) {
+    case ImageFormat::PNG: return "PNG";
+    case ImageFormat::JPEG: return "JPEG";
+    case ImageFormat::GIF: return "GIF";
+    case ImageFormat::BMP: return "BMP";
+    case ImageFormat::WebP: return "WebP";
+    case ImageFormat::TIFF: return "TIFF";
+    case ImageFormat::HEIF: return "HEIF/AVIF";
+    case ImageFormat::Unknown: break;
+  }
+  return "";
 }
 
 // ------------------------------------------------------------------ PNG
@@ -249,6 +265,30 @@ std::pair<int64_t, int64_t> decode_image_size(const void* data, size_t size, con
     default: throw std::runtime_error(what + ": unsupported format (expected PNG or JPEG)");
   }
   return wh;
+}
+
+ImageSize check_image(const void* data, size_t size, const std::string& what, int64_t max_pixels) {
+  using K = InputError::Kind;
+  if (size == 0) throw InputError(K::Empty, what + ": empty input (no image data)");
+  const ImageFormat f = sniff_format(data, size);
+  if (f == ImageFormat::Unknown) throw InputError(K::NotAnImage, what + ": not an image (expected PNG or JPEG)");
+  if (f != ImageFormat::PNG && f != ImageFormat::JPEG)
+    throw InputError(K::Unsupported, what + ": " + format_name(f) + " images are not supported (expected PNG or JPEG)");
+  // The size as the decoder reads it (png_read_info, jpeg_read_header), not a parser of ours:
+  // one that stopped where libjpeg skips a stray byte said 0×0 for an image libjpeg then
+  // decoded at its full size. A header the decoder cannot read is refused here already.
+  ImageSize s;
+  try {
+    const auto [w, h] = decode_image_size(data, size, what);
+    s = {w, h};
+  } catch (const std::runtime_error& e) {
+    throw InputError(K::Corrupt, e.what());
+  }
+  if (max_pixels > 0 && s.width * s.height > max_pixels)
+    throw InputError(K::TooLarge, what + ": " + std::to_string(s.width) + "×" + std::to_string(s.height) + " = " +
+                                      std::to_string(s.width * s.height) + " pixels, more than the limit of " +
+                                      std::to_string(max_pixels));
+  return s;
 }
 
 torch::Tensor read_image_file(const std::string& path, int64_t max_pixels) {

@@ -114,7 +114,7 @@ std::shared_ptr<Collective> Collective::create(const DistConfig& cfg, torch::Dev
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cfg.rank, cfg.world, opts);
     return std::make_shared<C10dCollective>(pg, "nccl");
 #else
-    throw std::runtime_error("distributed: this LibTorch build has no NCCL (use --device cpu for Gloo)");
+    throw std::runtime_error("distributed: this LibTorch build has no NCCL (train on the cpu device, which uses Gloo)");
 #endif
   }
   throw std::invalid_argument("distributed: unknown backend '" + backend + "' (expected gloo or nccl)");

@@ -14,6 +14,7 @@
 
 #include "lightseg/fused_network.h"
 #include "lightseg/weights.h"
+#include "core/file_io.h"
 
 namespace lightseg {
 

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "lightseg/image_io.h"
+
 namespace lightseg {
 
 namespace {
@@ -81,6 +83,23 @@ nlohmann::json legend_json(const std::vector<LegendEntry>& entries) {
     j.push_back({{"id", e.id}, {"name", e.name}, {"color", {e.color[0], e.color[1], e.color[2]}},
                  {"pixels", e.pixels}, {"share", e.share}});
   return j;
+}
+
+Render render_from_string(const std::string& name) {
+  if (name == "ids") return Render::Ids;
+  if (name == "color") return Render::Color;
+  if (name == "overlay") return Render::Overlay;
+  throw std::invalid_argument("unknown rendering '" + name + "' (expected ids, color or overlay)");
+}
+
+std::string render(const torch::Tensor& image, const torch::Tensor& labels, const std::vector<RGB>& palette,
+                   Render what, double alpha) {
+  switch (what) {
+    case Render::Ids: return encode_png(labels.to(torch::kUInt8));
+    case Render::Color: return encode_png(colorize(labels, palette));
+    case Render::Overlay: return encode_png(overlay(image, labels, palette, alpha));
+  }
+  throw std::invalid_argument("render: unknown rendering");
 }
 
 }  // namespace lightseg

@@ -14,6 +14,7 @@
 #include "lightseg/image_io.h"
 #include "lightseg/transforms.h"
 #include "lightseg/weights.h"
+#include "core/file_io.h"
 
 namespace lightseg {
 
@@ -28,40 +29,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 constexpr int64_t kMinSide = 32;
 
 }  // namespace
-
-std::string sniff_image_kind(const void* data, size_t size) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  auto starts = [&](const char* magic, size_t n, size_t at = 0) {
-    return size >= at + n && std::memcmp(b + at, magic, n) == 0;
-  };
-  switch (sniff_format(data, size)) {
-    case ImageFormat::PNG: return "PNG";
-    case ImageFormat::JPEG: return "JPEG";
-    default: break;
-  }
-  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "GIF";
-  if (starts("RIFF", 4) && starts("WEBP", 4, 8)) return "WebP";
-  if (starts("II*\0", 4) || starts("MM\0*", 4)) return "TIFF";
-  if (starts("ftyp", 4, 4)) return "HEIF/AVIF";
-  if (starts("BM", 2) && size >= 18) {
-    const uint32_t dib = b[14] | (b[15] << 8) | (b[16] << 16) | (uint32_t(b[17]) << 24);
-    if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 || dib == 124) return "BMP";
-  }
-  return "";
-}
-
-ImageSize peek_image_size(const void* data, size_t size) {
-  // The decoder's own header reading (png_read_info, jpeg_read_header), not a parser of ours:
-  // one that stopped where libjpeg skips a stray byte reported 0×0 for an image libjpeg then
-  // decoded at its full size. What libpng or libjpeg cannot read, the decoder refuses too.
-  if (sniff_format(data, size) == ImageFormat::Unknown) return {};
-  try {
-    const auto [w, h] = decode_image_size(data, size);
-    return {w, h};
-  } catch (const std::runtime_error&) {
-    return {};
-  }
-}
 
 struct Predictor::Impl {
   PredictorOptions opt;
@@ -252,26 +219,8 @@ std::vector<Prediction> Predictor::predict_batch(const std::vector<torch::Tensor
   return out;
 }
 
-void Predictor::check_encoded(const void* data, size_t size, const std::string& what) const {
-  using K = InputError::Kind;
-  if (size == 0) throw InputError(K::Empty, what + ": empty input (no image data)");
-  const std::string kind = sniff_image_kind(data, size);
-  if (kind.empty()) throw InputError(K::NotAnImage, what + ": not an image (expected PNG or JPEG)");
-  if (kind != "PNG" && kind != "JPEG")
-    throw InputError(K::Unsupported, what + ": " + kind + " images are not supported (expected PNG or JPEG)");
-  // The size as the decoder reads it; an image whose header it cannot read is refused here
-  // already (never "0×0, within the limit").
-  ImageSize s;
-  try {
-    const auto [w, h] = decode_image_size(data, size, what);
-    s = {w, h};
-  } catch (const std::runtime_error& e) {
-    throw InputError(K::Corrupt, e.what());
-  }
-  if (impl_->opt.max_pixels > 0 && s.width * s.height > impl_->opt.max_pixels)
-    throw InputError(K::TooLarge, what + ": " + std::to_string(s.width) + "×" + std::to_string(s.height) + " = " +
-                                      std::to_string(s.width * s.height) + " pixels, more than the limit of " +
-                                      std::to_string(impl_->opt.max_pixels));
+ImageSize Predictor::check_encoded(const void* data, size_t size, const std::string& what) const {
+  return check_image(data, size, what, impl_->opt.max_pixels);
 }
 
 Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what) const {

@@ -1,4 +1,5 @@
 #include "lightseg/weights.h"
+#include "core/file_io.h"
 #include "core/json_number.h"
 
 #include <fcntl.h>
@@ -42,35 +43,6 @@ WeightsFile make_weights(Network& net, const ModelMeta& meta) {
   return w;
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  fs::path p(path);
-  if (p.has_parent_path() && !p.parent_path().empty()) fs::create_directories(p.parent_path());
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot flush '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
-  }
-}
-
 static std::string dtype_name(const torch::Tensor& t) {
   if (t.scalar_type() == torch::kFloat32) return "f32";
   if (t.scalar_type() == torch::kInt64) return "i64";
@@ -111,13 +83,13 @@ void write_weights(const std::string& path, const WeightsFile& w) {
 }
 
 WeightsFile read_weights(const std::string& path) {
-  // (reading a directory would fail with a stream error that does not name it)
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw std::runtime_error("cannot read weights file '" + path + "': is a directory");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open weights file '" + path + "'");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parse_weights(all, path);
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("weights file: ") + e.what());
+  }
+  return parse_weights(bytes, path);
 }
 
 WeightsFile parse_weights(const std::string& all, const std::string& path) {

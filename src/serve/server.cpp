@@ -226,12 +226,7 @@ struct Server::Impl {
     const std::string* body = &image;
 
     // Cheap checks first (empty, not an image, unsupported, too many pixels): they answer even when busy.
-    pred->check_encoded(body->data(), body->size(), "request body");
-    const ImageSize size = peek_image_size(body->data(), body->size());
-    if (size.width * size.height > opt.max_pixels)
-      throw HttpError{413, "the image is " + std::to_string(size.width) + "×" + std::to_string(size.height) + " = " +
-                               std::to_string(size.width * size.height) + " pixels, more than the limit of " +
-                               std::to_string(opt.max_pixels) + " (serve --max-pixels)"};
+    pred->check_encoded(body->data(), body->size(), "request body");  // the predictor's pixel limit
 
     if (admitted.fetch_add(1) >= slots) {
       admitted.fetch_sub(1);
@@ -246,12 +241,8 @@ struct Server::Impl {
     const int64_t H = p.labels.size(0), W = p.labels.size(1);
     const auto& palette = pred->meta().palette;
     std::string out, type = "image/png";
-    if (format == "ids") {
-      out = encode_png(p.labels);
-    } else if (format == "color") {
-      out = encode_png(colorize(p.labels, palette));
-    } else if (format == "overlay") {
-      out = encode_png(overlay(p.image, p.labels, palette, alpha));
+    if (format != "json") {
+      out = render(p.image, p.labels, palette, render_from_string(format), alpha);
     } else {
       nlohmann::json j;
       j["width"] = W;
@@ -260,8 +251,7 @@ struct Server::Impl {
       j["classes"] = legend_json(legend(p.labels, pred->meta()));
       j["backend"] = pred->backend();
       if (!picture.empty()) {
-        auto pic = picture == "overlay" ? overlay(p.image, p.labels, palette, alpha) : colorize(p.labels, palette);
-        j["image"] = "data:image/png;base64," + base64(encode_png(pic));
+        j["image"] = "data:image/png;base64," + base64(render(p.image, p.labels, palette, render_from_string(picture), alpha));
       }
       const auto t2 = Clock::now();
       j["latency_ms"] = {{"decode", p.decode_ms},
@@ -284,7 +274,9 @@ struct Server::Impl {
     const PredictorOptions& po = pred->options();
     if (opt.max_queue < 0) throw std::invalid_argument("max_queue must be ≥ 0, got " + std::to_string(opt.max_queue));
     if (opt.max_bytes == 0) throw std::invalid_argument("max_bytes must be > 0");
-    if (opt.max_pixels <= 0) throw std::invalid_argument("max_pixels must be > 0");
+    if (po.max_pixels <= 0)
+      throw std::invalid_argument("the server's predictor needs a pixel limit (PredictorOptions::max_pixels > 0): "
+                                  "it bounds the memory of the decoded images");
     if (opt.max_connections <= 0) throw std::invalid_argument("max_connections must be > 0");
     if (!(opt.head_timeout > 0) || !(opt.body_timeout >= 0) || !(opt.stop_grace >= 0))
       throw std::invalid_argument("head_timeout must be > 0, body_timeout and stop_grace ≥ 0");
@@ -309,7 +301,7 @@ struct Server::Impl {
         {"config", pred->config().to_json()},
         {"backend", pred->backend()},
         {"device", po.device},
-        {"limits", {{"max_bytes", opt.max_bytes}, {"max_pixels", opt.max_pixels}, {"max_queue", opt.max_queue}}},
+        {"limits", {{"max_bytes", opt.max_bytes}, {"max_pixels", po.max_pixels}, {"max_queue", opt.max_queue}}},
     }.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a file name is any bytes
 
     // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second

@@ -5,6 +5,7 @@
 
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
+#include "core/file_io.h"
 
 namespace lightseg {
 

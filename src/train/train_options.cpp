@@ -83,8 +83,8 @@ void TrainOptions::validate() const {
   auto need = [](bool ok, const std::string& m) {
     if (!ok) throw std::invalid_argument(m);
   };
-  need(!data.empty(), "train: --data is required");
-  need(!out_dir.empty(), "train: --out is required");
+  need(!data.empty(), "train: data (the dataset folder) is required");
+  need(!out_dir.empty(), "train: out_dir (the run folder) is required");
   need(epochs > 0, "train: epochs must be > 0, got " + std::to_string(epochs));
   need(batch > 0, "train: batch must be > 0, got " + std::to_string(batch));
   need(crop_h >= 32 && crop_w >= 32 && crop_h <= 16384 && crop_w <= 16384,

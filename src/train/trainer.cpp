@@ -1,6 +1,5 @@
 // The training loop (see include/lightseg/train.h for the contract).
 #include <ATen/autocast_mode.h>
-#include "core/json_number.h"
 #include <torch/version.h>
 
 #include <algorithm>
@@ -25,6 +24,8 @@
 #include "archive_bytes.h"
 #include "aux_heads.h"
 #include "run_folder.h"
+#include "core/file_io.h"
+#include "core/json_number.h"
 
 namespace lightseg {
 
@@ -116,7 +117,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   };
   torch::Device device(o.device == "cpu" ? std::string("cpu") : o.device);
   if (device.is_cuda() && !torch::cuda::is_available())
-    throw std::runtime_error("--device cuda: this LibTorch build has no CUDA or no GPU is visible");
+    throw std::runtime_error("device cuda: this LibTorch build has no CUDA or no GPU is visible");
 
   SegDataset train_ds = SegDataset::open(o.dataset, o.data, o.train_split);
   std::unique_ptr<SegDataset> val_ds;
@@ -186,7 +187,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
   bool have_resume = false;
   if (fs::exists(last_path)) {
     if (!o.resume)
-      throw std::runtime_error("'" + last_path + "' exists: pass --resume to continue that run, or choose another --out");
+      throw std::runtime_error("'" + last_path + "' exists: continue that run (the resume option) or choose another run folder (out_dir)");
     resumed = read_weights(last_path);
     if (!resumed.extra.contains("train"))
       throw std::runtime_error("'" + last_path + "' is a weights file without training state");
@@ -565,7 +566,7 @@ TrainResult train(const TrainOptions& o_in, const TrainCallbacks& cb, std::share
           throw std::runtime_error("training diverged: non-finite loss or gradients in " +
                                    std::to_string(kMaxSkipsInRow) + " steps in a row, up to epoch " +
                                    std::to_string(epoch + 1) + ", iteration " + std::to_string(it + 1) +
-                                   " (lower --lr?)");
+                                   " (a lower learning rate?)");
       }
       if (col && o.verify_sync) {  // every rank must now hold rank 0's weights bit for bit
         torch::NoGradGuard ng;

@@ -18,7 +18,7 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
         sub->add_option("--weights", a.weights, "Weights file (.lsw); default: the shipped models/camvid.lsw");
         break;
       case Opt::Config:
-        sub->add_option("--config", a.config, "Configuration JSON (default: built-in NETWORK.md defaults)")
+        sub->add_option("--config", a.config, "Configuration JSON (default: the built-in defaults of docs/NETWORK.md)")
             ->check(CLI::ExistingFile);
         break;
       case Opt::Size:

@@ -12,8 +12,10 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "args.h"
+#include "core/file_io.h"
 #include "lightseg/features.h"
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
@@ -198,28 +200,9 @@ void check_outputs(const std::vector<Job>& jobs, int camera, const fs::path& out
   }
 }
 
-// Plain write through a temporary name (no half-written outputs after a crash or Ctrl-C).
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) {
-      f.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write '" + tmp.string() + "'");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw std::runtime_error("cannot write '" + path.string() + "': " + ec.message());
-  }
-}
+// Through a temporary name (no half-written outputs after a crash or Ctrl-C); no fsync: the
+// outputs can be made again.
+void write_bytes(const fs::path& path, const std::string& bytes) { write_file_atomic(path.string(), bytes, /*sync=*/false); }
 
 // One image's files; a failure stops its remaining ones. What was written is counted either way.
 struct Written {
@@ -231,16 +214,10 @@ Written write_image_outputs(const fs::path& base, const Outputs& o, const torch:
   Written w;
   try {
     fs::create_directories(base.parent_path());
-    if (o.ids) {
-      write_bytes(base.string() + ".png", encode_png(labels));
-      ++w.files;
-    }
-    if (o.color) {
-      write_bytes(base.string() + "_color.png", encode_png(colorize(labels, meta.palette)));
-      ++w.files;
-    }
-    if (o.overlay) {
-      write_bytes(base.string() + "_overlay.png", encode_png(overlay(image, labels, meta.palette, alpha)));
+    for (auto [wanted, what, suffix] : {std::tuple{o.ids, Render::Ids, ".png"}, {o.color, Render::Color, "_color.png"},
+                                         {o.overlay, Render::Overlay, "_overlay.png"}}) {
+      if (!wanted) continue;
+      write_bytes(base.string() + suffix, render(image, labels, meta.palette, what, alpha));
       ++w.files;
     }
   } catch (const std::exception& e) {

@@ -77,7 +77,6 @@ void add_serve(CLI::App& app, Args& a) {
     so.host = a.host;
     so.port = a.port;
     so.max_bytes = s.max_bytes;
-    so.max_pixels = s.max_pixels;
     so.max_queue = s.queue;
     so.stop_grace = s.grace;
     so.max_connections = s.max_connections;

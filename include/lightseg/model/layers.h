@@ -1,5 +1,5 @@
 // Building blocks shared by every part of the network: CBA = Conv → BatchNorm → PReLU
-// (NETWORK.md notation), and the convolution MAC counter used by `lightseg info`.
+// (docs/NETWORK.md notation), and the convolution MAC counter used by `lightseg info`.
 #pragma once
 
 #include <array>
