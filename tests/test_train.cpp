@@ -23,6 +23,7 @@
 #include "lightseg/eval.h"
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
+#include "cli_run.h"
 #include "synthetic.h"
 #include "train/archive_bytes.h"
 #include "train/aux_heads.h"
@@ -706,4 +707,53 @@ TEST(Train, RecipeOptionsComeFromTheTrainObjectAndAreChecked) {
   o.ema_decay = 0;
   o.aux_weight = -0.1;
   EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+// --set KEY=VALUE (mmsegmentation's --cfg-options): any train option or network key.
+TEST(Train, SetOverridesAnyOptionByKey) {
+  TrainOptions o;
+  o.set("lr=5e-4");
+  EXPECT_DOUBLE_EQ(o.lr, 5e-4);
+  o.set("train.loss=ohem");  // a bare word is a string
+  EXPECT_EQ(o.loss, "ohem");
+  o.set("crop=[256,512]");
+  EXPECT_EQ(o.crop_h, 256);
+  EXPECT_EQ(o.crop_w, 512);
+  o.set("network.c0=16");
+  EXPECT_EQ(o.network.c0, 16);
+  EXPECT_EQ(o.network.c1, 64);  // the rest stays
+  o.set("network.stage2.layers=4");  // the dilation schedule follows the new count
+  EXPECT_EQ(o.network.stage2.layers, 4);
+  EXPECT_EQ(o.network.stage2.dilations.size(), 4u);
+  o.set("network.stage2.dilations=[1,2,3,4]");
+  EXPECT_EQ(o.network.stage2.dilations, (std::vector<int>{1, 2, 3, 4}));
+  for (const char* bad : {"nonsense=1", "lr", "=3", "network.c9=1", "network.stage3.layers=2", "lr=fast",
+                          "network.stage2.layers=3" /* = stage1's: C5.1 */, "a.b=1"}) {
+    try {
+      TrainOptions p;
+      p.set(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_FALSE(std::string(e.what()).empty());
+    }
+  }
+  TrainOptions p;
+  try {
+    p.set("nonsense=1");
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("nonsense"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainCli, SetIsAppliedAndABadKeyIsAClearError) {
+  auto dir = fs::temp_directory_path() / ("lightseg_set_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto r = fixtures::run_cli({"train", "--data", dir.string(), "--out", (dir / "run").string(), "--set", "bogus=1"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("bogus"), std::string::npos) << r.err;
+  r = fixtures::run_cli({"train", "--data", dir.string(), "--out", (dir / "run").string(), "--set", "network.c0=100"}, dir);
+  EXPECT_NE(r.code, 0);  // c1 = 64 < c0: the network config refuses it, naming the keys
+  EXPECT_NE(r.err.find("c0"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "run" / "last.lsw"));
+  fs::remove_all(dir);
 }

@@ -76,6 +76,11 @@ struct TrainOptions {
   nlohmann::json to_json() const;
   // Applies the keys of j (a "train" object) onto *this; unknown keys are an error.
   void apply_json(const nlohmann::json& j);
+  // One override "KEY=VALUE" (mmsegmentation's --cfg-options): KEY is a train option
+  // ("lr", or "train.lr") or a network key ("network.c0", "network.stage2.dilations"); VALUE
+  // is JSON ("1e-3", "[4, 8]", "true") or else taken as a string ("ohem"). Throws
+  // std::invalid_argument naming the key.
+  void set(const std::string& key_equals_value);
   void validate() const;
 };
 

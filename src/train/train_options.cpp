@@ -79,6 +79,38 @@ void TrainOptions::apply_json(const json& j) {
   }
 }
 
+void TrainOptions::set(const std::string& kv) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::invalid_argument("override '" + kv + "': expected KEY=VALUE (e.g. lr=5e-4, network.c0=16)");
+  std::string key = kv.substr(0, eq);
+  const std::string text = kv.substr(eq + 1);
+  json value = json::parse(text, nullptr, false);
+  if (value.is_discarded()) value = text;  // a bare word: a string
+  if (key.rfind("network.", 0) == 0) {
+    json net = network.to_json();
+    json* at = &net;
+    std::string rest = key.substr(8);
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      const std::string part = rest.substr(0, dot);
+      if (!at->is_object() || !at->contains(part))
+        throw std::invalid_argument("override '" + kv + "': unknown key '" + part + "' in the network config");
+      at = &(*at)[part];
+    }
+    if (!at->is_object() || !at->contains(rest))
+      throw std::invalid_argument("override '" + kv + "': unknown key '" + rest + "' in the network config");
+    (*at)[rest] = value;
+    // A new layer count without a new schedule: the schedule follows (as in a config file).
+    if (rest == "layers" && at != &net) at->erase("dilations");
+    network = NetworkConfig::from_json(net);
+    return;
+  }
+  if (key.rfind("train.", 0) == 0) key = key.substr(6);
+  if (key.empty() || key.find('.') != std::string::npos)
+    throw std::invalid_argument("override '" + kv + "': unknown key '" + key + "' in train options");
+  apply_json(json{{key, value}});
+}
+
 void TrainOptions::validate() const {
   auto need = [](bool ok, const std::string& m) {
     if (!ok) throw std::invalid_argument(m);

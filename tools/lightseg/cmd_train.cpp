@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <vector>
 
 #include "args.h"
 #include "lightseg/distributed.h"
@@ -32,6 +33,7 @@ struct TrainArgs {
   int epochs = 500, batch = 8, val_every = 1, workers = 2;
   std::string crop = "360x480", optimizer = "adam", loss = "wce", init_weights;
   std::string train_split = "train", val_split = "val";
+  std::vector<std::string> overrides;  // --set KEY=VALUE
   double lr = 1e-3, weight_decay = 2e-4, time_limit = 0, aux_weight = 0, ema_decay = 0;
   uint64_t seed = 1;
   bool resume = false;
@@ -140,6 +142,10 @@ void add_train(CLI::App& app, Args& a) {
   auto* o_workers = sub->add_option("--workers", t.workers, "Data-loading threads")->capture_default_str();
   auto* o_mi = sub->add_option("--max-iters", t.max_iters, "Cap iterations per epoch (smoke tests)");
   auto* o_init = sub->add_option("--init-weights", t.init_weights, "Start from these weights (fine-tuning)");
+  sub->add_option("--set", t.overrides,
+                  "Override any option of the config: KEY=VALUE, e.g. --set lr=5e-4 --set network.c0=16 "
+                  "--set network.stage2.dilations=[2,4,8,8,16,16] (VALUE is JSON or a word); after --config, "
+                  "before the other flags");
   auto* dist = sub->add_option_group("distributed", "Data-parallel training (c10d: Gloo on CPU, NCCL on CUDA). "
                                                       "Defaults come from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.");
   dist->add_option("--nproc", t.nproc, "Spawn N local worker processes (threads are split between them)");
@@ -178,6 +184,7 @@ void add_train(CLI::App& app, Args& a) {
       o.network = NetworkConfig::from_json(j);
       if (j.contains("train")) o.apply_json(j.at("train"));
     }
+    for (const auto& kv : t.overrides) o.set(kv);
     o.data = a.data;
     o.out_dir = a.out;
     if (sub->count("--dataset") || o.dataset.empty()) o.dataset = a.dataset;
