@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The installed package as a downstream project sees it: cmake --install BUILD into a fresh
+# prefix, build tests/downstream against it with find_package(lightseg), run it on the bundled
+# example with the installed model, check its output. Usage: run.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+for f in include/lightseg/predictor.h include/lightseg/features.h lib/liblightseg_core.a \
+         lib/cmake/lightseg/lightsegConfig.cmake share/lightseg/models/camvid.lsw bin/lightseg; do
+  [ -e "$tmp/prefix/$f" ] || { echo "downstream: $f is not installed" >&2; exit 1; }
+done
+torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
+cmake -S "$src/tests/downstream" -B "$tmp/b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$tmp/prefix" ${torch_dir:+-DTorch_DIR="$torch_dir"} >/dev/null
+cmake --build "$tmp/b" >/dev/null
+out=$("$tmp/b/segment_one" "$tmp/prefix/share/lightseg/models/camvid.lsw" "$src/examples/0016E5_07959.png" "$tmp/color.png")
+echo "downstream: $out"
+case "$out" in 480x360,*) ;; *) echo "downstream: unexpected output" >&2; exit 1 ;; esac
+[ "$(head -c 8 "$tmp/color.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || { echo "downstream: no PNG written" >&2; exit 1; }
+# the installed CLI finds the installed model by itself
+"$tmp/prefix/bin/lightseg" segment "$src/examples/0016E5_07959.png" --out "$tmp/cli" --format ids >/dev/null
+[ -f "$tmp/cli/0016E5_07959.png" ] || { echo "downstream: the installed CLI wrote nothing" >&2; exit 1; }
+echo "downstream: ok"
