@@ -18,12 +18,15 @@ B=${FUZZ_BUILD:-build-fuzz}
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2; exit 1; }
 t0=$SECONDS
+mkdir -p "$B"
 if [ ! -f "$B/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLIGHTSEG_BUILD_FUZZ=ON \
     -DLIGHTSEG_BUILD_TOOLS=OFF -DLIGHTSEG_BUILD_TESTS=OFF -DLIGHTSEG_BUILD_BENCH=OFF \
-    -DLIGHTSEG_WITH_OPENCV=OFF -DLIGHTSEG_WITH_ONNX=OFF -DLIGHTSEG_WITH_DNNL=OFF >/dev/null
+    -DLIGHTSEG_WITH_OPENCV=OFF -DLIGHTSEG_WITH_ONNX=OFF -DLIGHTSEG_WITH_DNNL=OFF >"$B/configure.log" 2>&1 ||
+    { tail -30 "$B/configure.log" >&2; echo "fuzz: configuring $B failed" >&2; exit 1; }
 fi
-cmake --build "$B" -j "$(nproc)" >/dev/null
+cmake --build "$B" -j "$(nproc)" >"$B/build.log" 2>&1 ||
+  { grep -E -A5 'error|FAILED' "$B/build.log" | head -40 >&2; echo "fuzz: building $B failed (log: $B/build.log)" >&2; exit 1; }
 echo "fuzz: sanitized build ready ($((SECONDS - t0)) s)" >&2
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
