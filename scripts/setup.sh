@@ -22,7 +22,7 @@ PACKAGES=(
   chromium                          # the web page test (headless; tests/web)
   iproute2                          # `ip netns`: the two-machine distributed test
   python3                           # scripts/check_main_job.py and the test helpers
-  clang libclang-rt-14-dev          # the fuzz targets (libFuzzer, ASan, UBSan): scripts/fuzz.sh
+  clang libclang-rt-14-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; omp.h for clang): scripts/fuzz.sh
 )
 # node runs the web page test, npm installs its one package: Debian's unless already present
 # (NodeSource's nodejs bundles npm and conflicts with Debian's npm package).
