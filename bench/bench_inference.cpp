@@ -10,7 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include "lightseg/engine.h"
-#include "lightseg/fused_network.h"
+#include "infer/fused_network.h"
 #include "lightseg/runtime.h"
 
 namespace {
@@ -103,7 +103,7 @@ BENCHMARK(BM_FuseNetwork)->Unit(benchmark::kMillisecond);
 void BM_FirstCallNewShape(benchmark::State& state) {
   auto x = torch::rand({1, 3, 360, 480}) * 255;
   for (auto _ : state) {
-    auto engine = make_engine(model().net, model().meta, "auto");
+    auto engine = make_engine(model().net, model().meta, {"auto"});
     benchmark::DoNotOptimize(engine->logits(x));
   }
 }

@@ -22,7 +22,7 @@ Server& server() {
     torch::manual_seed(1);
     NetworkConfig c;  // the shipped architecture, at random weights
     PredictorOptions po;
-    po.backend = "fused";
+    po.engine.backend = "fused";
     po.max_pixels = fuzz::kMaxPixels;
     auto pred = std::make_shared<Predictor>(Network(c), ModelMeta::camvid(), po);
     ServerOptions so;

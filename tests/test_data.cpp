@@ -5,7 +5,7 @@
 
 #include "lightseg/dataset.h"
 #include "lightseg/image_io.h"
-#include "lightseg/transforms.h"
+#include "data/transforms.h"
 #include "synthetic.h"
 #include "test_paths.h"
 

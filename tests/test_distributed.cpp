@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "lightseg/train.h"
 #include "lightseg/weights.h"
 #include "synthetic.h"
 
@@ -94,7 +95,7 @@ TEST(Distributed, TwoProcessesMatchOneProcessWithTheCombinedBatch) {
   ASSERT_EQ(run(common_args(data, cfg) + " --epochs 3 --batch 2 --threads 2 --nproc 2 --sync-bn --verify-sync --out " +
                 (dir / "three").string()),
             0);
-  EXPECT_EQ(read_weights((dir / "three" / "last.lsw").string()).extra["train"]["global_step"].get<int>(), 6);
+  EXPECT_EQ(train_state(read_weights((dir / "three" / "last.lsw").string()))->global_step, 6);
   fs::remove_all(dir);
 }
 
@@ -157,11 +158,11 @@ TEST(Distributed, KilledRankStopsTheOtherAndResumeContinuesAlone) {
   EXPECT_NE(r0, -1) << "rank 0 hung after its peer died";
   EXPECT_LT(waited, 45.0);
   // resume with world size 1: continues from the checkpoint
-  const int epochs_before = read_weights(ckpt.string()).extra["train"]["epoch"].get<int>();
+  const int epochs_before = train_state(read_weights(ckpt.string()))->epoch;
   ASSERT_GE(epochs_before, 1);
   ASSERT_EQ(run(common_args(data, cfg) + " --epochs " + std::to_string(epochs_before + 1) +
                 " --batch 2 --threads 1 --resume --out " + (dir / "run").string()),
             0);
-  EXPECT_EQ(read_weights(ckpt.string()).extra["train"]["epoch"].get<int>(), epochs_before + 1);
+  EXPECT_EQ(train_state(read_weights(ckpt.string()))->epoch, epochs_before + 1);
   fs::remove_all(dir);
 }

@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "lightseg/engine.h"
-#include "lightseg/fused_network.h"
+#include "infer/fused_network.h"
 #include "lightseg/image_io.h"
-#include "lightseg/transforms.h"
+#include "data/transforms.h"
 #include "lightseg/weights.h"
 #include "infer/onednn_engine.h"
 #include "test_paths.h"
@@ -114,7 +114,7 @@ TEST(Engine, BackendsMatchTheTrainingGraph) {
   ModelMeta meta = ModelMeta::camvid();
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{360, 480}, {97, 131}, {32, 32}, {65, 33}};
   for (const auto& backend : available_backends()) {
-    auto engine = make_engine(net, meta, backend);
+    auto engine = make_engine(net, meta, {backend});
     EXPECT_EQ(engine->backend(), backend);
     for (auto [h, w] : sizes) {
       auto x = images(1, h, w);
@@ -139,7 +139,7 @@ TEST(Engine, BatchesAndRepeatedCallsAgree) {
   auto y = images(1, 64, 80, 6);
   auto ref = reference(net, meta, x);
   for (const auto& backend : available_backends()) {
-    auto engine = make_engine(net, meta, backend);
+    auto engine = make_engine(net, meta, {backend});
     auto a = engine->logits(x);
     engine->logits(y);
     auto b = engine->logits(x);
@@ -172,7 +172,7 @@ TEST(Engine, OtherConfigurations) {
     auto x = images(1, 77, 59);
     auto ref = reference(net, meta, x);
     for (const auto& backend : available_backends()) {
-      auto got = make_engine(net, meta, backend)->logits(x);
+      auto got = make_engine(net, meta, {backend})->logits(x);
       ASSERT_EQ(got.sizes(), ref.sizes()) << backend;
       EXPECT_GE(agreement(got, ref), 0.999) << backend;
       EXPECT_LT(max_diff(got, ref), 2e-3 * std::max(1.0, ref.abs().max().item<double>())) << backend;
@@ -185,16 +185,16 @@ TEST(Engine, AutoPicksTheFastestAndErrorsAreClear) {
   ModelMeta meta = ModelMeta::camvid();
   auto backends = available_backends();
   ASSERT_FALSE(backends.empty());
-  EXPECT_EQ(make_engine(net, meta, "auto")->backend(), backends.front());
+  EXPECT_EQ(make_engine(net, meta, {"auto"})->backend(), backends.front());
   EXPECT_NE(std::find(backends.begin(), backends.end(), "fused"), backends.end());
   EXPECT_NE(std::find(backends.begin(), backends.end(), "eager"), backends.end());
   try {
-    make_engine(net, meta, "tensorrt");
+    make_engine(net, meta, {"tensorrt"});
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("tensorrt"), std::string::npos);
   }
-  auto engine = make_engine(net, meta, backends.front());
+  auto engine = make_engine(net, meta, {backends.front()});
   EXPECT_THROW(engine->logits(torch::zeros({1, 3, 16, 64})), std::invalid_argument);
   EXPECT_THROW(engine->logits(torch::zeros({1, 4, 64, 64})), std::invalid_argument);
 }
@@ -204,7 +204,7 @@ TEST(Engine, DoesNotShareTheCallersWeights) {
   ModelMeta meta = ModelMeta::camvid();
   auto x = images(1, 64, 64);
   for (const auto& backend : available_backends()) {
-    auto engine = make_engine(net, meta, backend);
+    auto engine = make_engine(net, meta, {backend});
     auto before = engine->logits(x);
     {
       torch::NoGradGuard ng;
@@ -285,7 +285,7 @@ TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
     std::string why;
     auto engine = bf16_engine(net, meta, &why);
     if (!engine) GTEST_SKIP() << why;
-    auto f32 = make_engine(net, meta, "onednn");
+    auto f32 = make_engine(net, meta, {"onednn"});
     for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {2 * 90, 2 * 120}}) {
       auto x = images(1, h, w);
       auto ref = reference(net, meta, x);
@@ -365,7 +365,7 @@ TEST(Engine, LabelsAreTheArgmaxOfTheLogits) {
   auto net = random_net();
   ModelMeta meta = ModelMeta::camvid();
   std::vector<std::unique_ptr<InferenceEngine>> engines;
-  for (const auto& backend : available_backends()) engines.push_back(make_engine(net, meta, backend));
+  for (const auto& backend : available_backends()) engines.push_back(make_engine(net, meta, {backend}));
   std::string why;
   if (auto e = bf16_engine(net, meta, &why)) engines.push_back(std::move(e));
   for (auto& engine : engines) {
@@ -377,4 +377,28 @@ TEST(Engine, LabelsAreTheArgmaxOfTheLogits) {
       EXPECT_TRUE(torch::equal(labels, engine->logits(x).argmax(1))) << engine->backend() << " " << h << "x" << w;
     }
   }
+}
+
+// The engine never prints: with EngineOptions::profile the caller gets the per-step times.
+TEST(Engine, ProfileIsReturnedToTheCallerNotPrinted) {
+  auto b = available_backends();
+  if (std::find(b.begin(), b.end(), "onednn") == b.end()) GTEST_SKIP() << "no onednn backend on this CPU/build";
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::camvid();
+  EngineOptions o{"onednn"};
+  auto quiet = make_engine(net, meta, o);
+  o.profile = true;
+  auto timed = make_engine(net, meta, o);
+  auto x = images(1, 64, 96);
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 2; ++i) {
+    quiet->logits(x);
+    timed->logits(x);
+  }
+  const std::string report = timed->profile();
+  timed.reset();  // a plan's end prints nothing either
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(quiet->profile(), "");
+  EXPECT_NE(report.find("onednn plan 1x64x96: 2 calls"), std::string::npos) << report;
+  EXPECT_NE(report.find(" ms "), std::string::npos) << report;
 }

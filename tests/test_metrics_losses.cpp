@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "lightseg/losses.h"
+#include "train/losses.h"
 #include "lightseg/metrics.h"
 #include "lightseg/train.h"
 

@@ -9,6 +9,7 @@
 #include "lightseg/model/feb.h"
 #include "lightseg/model/residual_block.h"
 #include "lightseg/network.h"
+#include "model/hooks.h"
 
 using namespace lightseg;
 

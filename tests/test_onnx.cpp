@@ -8,7 +8,7 @@
 #include "cli_run.h"
 #include "lightseg/engine.h"
 #include "lightseg/features.h"
-#include "lightseg/transforms.h"
+#include "data/transforms.h"
 #include "lightseg/weights.h"
 #include "synthetic.h"
 

@@ -7,6 +7,7 @@
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
 #include "lightseg/predictor.h"
+#include "core/json_io.h"
 #include "predictor_fixtures.h"
 
 using namespace lightseg;
@@ -141,7 +142,7 @@ TEST(Predictor, ChecksImageSizeFromHeadersWithItsPixelLimit) {
   fx::one_thread();
   auto img = rgb_image(37, 53, 4);
   PredictorOptions o;
-  o.backend = "fused";
+  o.engine.backend = "fused";
   o.max_pixels = 53 * 37;
   Predictor p(fx::random_network(), ModelMeta::camvid(), o);
   for (const std::string& bytes : {encode_png(img), encode_jpeg(img), encode_png(img.select(2, 0).contiguous())}) {
@@ -214,7 +215,7 @@ TEST(Palette, ColorizeOverlayAndLegend) {
   EXPECT_EQ(lg[1].pixels, 2);
   EXPECT_DOUBLE_EQ(lg[1].share, 0.5);
   EXPECT_EQ(lg[1].name, "b");
-  auto j = legend_json(lg);
+  auto j = to_json(lg);
   EXPECT_EQ(j[1]["color"][0], 200);
 }
 

@@ -16,6 +16,9 @@
 #include <limits>
 #include <map>
 #include <thread>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "lightseg/dataset.h"
 #include "lightseg/distributed.h"
@@ -112,7 +115,7 @@ TEST(Train, Bf16AutocastOnTheCpuLearns) {
   EXPECT_LT(epochs.back().loss, 0.5 * epochs.front().loss);
   EXPECT_GT(epochs.back().pixel_acc, 0.9);
   auto w = read_weights((dir / "run" / "last.lsw").string());
-  EXPECT_TRUE(w.extra["train"]["options"]["amp_cpu"].get<bool>());
+  EXPECT_TRUE(train_state(w)->options.amp_cpu);
   ModelMeta meta;
   Network net = load_network((dir / "run" / "last.lsw").string(), &meta);
   for (const auto& p : net->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
@@ -156,7 +159,7 @@ TEST(Train, NonFiniteStepsAreSkippedAndRepeatedOnesStopTheRun) {
     changed_by_forward += b.value().is_floating_point() ? 1 : 0;
   }
   EXPECT_GT(changed_by_forward, 0);
-  EXPECT_EQ(read_weights((dir / "a" / "last.lsw").string()).extra["train"]["history"][1]["skipped_steps"].get<int>(), 1);
+  EXPECT_EQ(train_state(read_weights((dir / "a" / "last.lsw").string()))->history[1].skipped_steps, 1);
 
   // NaN from the second step on: five skips in a row end the run with a clear error
   auto o2 = tiny(dir / "data", dir / "b");
@@ -241,7 +244,7 @@ TEST(Train, ResumeRemovesStaleTemporariesOfKilledCheckpointWrites) {
   bool said = false;
   for (const auto& m : messages) said = said || (m.find("stale") != std::string::npos && m.find("last.lsw.tmp." + dead) != std::string::npos);
   EXPECT_TRUE(said) << "no message names the removed temporaries";
-  EXPECT_EQ(read_weights((run / "last.lsw").string()).extra["train"]["epoch"].get<int>(), 2);
+  EXPECT_EQ(train_state(read_weights((run / "last.lsw").string()))->epoch, 2);
   // best.lsw: rewritten only if epoch 2 scored higher; either way a complete weights file
   EXPECT_NO_THROW(read_weights((run / "best.lsw").string()));
   if (r.best_miou == r.history[0].miou) EXPECT_EQ(read_file((run / "best.lsw").string()), best_before);
@@ -374,7 +377,7 @@ TEST(Train, DistributedRanksShareTheRunFolderLockOfRankZero) {
   ::close(fd);
   EXPECT_NE(errors[0].find("in use"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("rank 0 could not lock the run folder"), std::string::npos) << errors[1];
-  EXPECT_EQ(read_weights((dir / "run" / "last.lsw").string()).extra["train"]["epoch"].get<int>(), 1);
+  EXPECT_EQ(train_state(read_weights((dir / "run" / "last.lsw").string()))->epoch, 1);
   fs::remove_all(dir);
 }
 
@@ -398,7 +401,7 @@ TEST(Train, DistributedRanksTrainWithAuxHeadsAndEma) {
   auto w = read_weights((dir / "run" / "last.lsw").string());
   EXPECT_TRUE(w.blobs.count("aux_heads"));
   EXPECT_TRUE(w.blobs.count("raw_weights"));
-  EXPECT_EQ(w.extra["train"]["ema_steps"].get<int64_t>(), 2);  // 2 images per rank, batch 2: 1 step per epoch
+  EXPECT_EQ(train_state(w)->ema_steps, 2);  // 2 images per rank, batch 2: 1 step per epoch
   fs::remove_all(dir);
 }
 
@@ -422,7 +425,7 @@ TEST(Eval, SavedPredictionsRescoreToTheSameMiou) {
     again.update(pred.to(torch::kLong), ds.load_label(i).to(torch::kLong));
   }
   EXPECT_TRUE(torch::equal(again.matrix(), r.confusion.matrix()));
-  auto j = r.to_json();
+  auto j = nlohmann::json::parse(r.to_json_string());
   EXPECT_NEAR(j["miou"].get<double>(), again.miou(), 1e-12);
   EXPECT_EQ(j["per_class"].size(), 3u);
   fs::remove_all(dir);
@@ -443,13 +446,13 @@ TEST(Eval, AnInferenceBackendScoresLikeTheTrainingGraph) {
   EXPECT_EQ(ref.backend, "eager");
   for (const auto& backend : available_backends()) {
     EvalOptions eo;
-    eo.backend = backend;
+    eo.engine.backend = backend;
     auto r = evaluate(net, ds.meta(), ds, eo);
     EXPECT_EQ(r.backend, backend);
     EXPECT_TRUE(torch::equal(r.confusion.matrix(), ref.confusion.matrix())) << backend;
   }
   EvalOptions bad;
-  bad.backend = "tensorrt";
+  bad.engine.backend = "tensorrt";
   EXPECT_THROW(evaluate(net, ds.meta(), ds, bad), std::invalid_argument);
   fs::remove_all(dir);
 }
@@ -508,7 +511,7 @@ static void expect_kill_and_resume_exact(TrainOptions base, const fs::path& dir,
   stop.after_backward = [&](Network&) { ++steps; };
   stop.stop_requested = [&] { return steps == 3; };  // epoch 2, iteration 1: a mid-epoch checkpoint
   ASSERT_TRUE(train(oc, stop).stopped_by_time);
-  ASSERT_EQ(read_weights((dir / "c" / "last.lsw").string()).extra["train"]["batch"].get<int>(), 1);
+  ASSERT_EQ(train_state(read_weights((dir / "c" / "last.lsw").string()))->batch, 1);
   oc.resume = true;
   auto rc = train(oc, {});
   ASSERT_TRUE(rc.finished);
@@ -519,7 +522,7 @@ static void expect_kill_and_resume_exact(TrainOptions base, const fs::path& dir,
     const auto w = read_weights((dir / run / "last.lsw").string());
     EXPECT_LT(max_diff((dir / "a" / "last.lsw").string(), (dir / run / "last.lsw").string()), 1e-6) << run;
     EXPECT_LT(max_diff(blobs_a, blob_tensors(w)), 1e-6) << run;
-    EXPECT_EQ(w.extra["train"].value("ema_steps", -1), a.extra["train"].value("ema_steps", -1)) << run;
+    EXPECT_EQ(train_state(w)->ema_steps, train_state(a)->ema_steps) << run;
   }
   ASSERT_EQ(rc.history.size(), 3u);
   for (int e = 0; e < 3; ++e) {
@@ -544,7 +547,7 @@ TEST(Train, AuxHeadsHelpTrainingAndStayOutOfTheSavedNetwork) {
   EXPECT_LT(epochs.back().loss, 0.5 * epochs.front().loss);
   EXPECT_GT(epochs.back().pixel_acc, 0.9);
   const auto w = read_weights((dir / "run" / "last.lsw").string());
-  EXPECT_DOUBLE_EQ(w.extra["train"]["options"]["aux_weight"].get<double>(), 0.4);
+  EXPECT_DOUBLE_EQ(train_state(w)->options.aux_weight, 0.4);
   // the inference tensors: those of a plain network, name for name, and none of the heads'
   ModelMeta meta;
   Network plain(w.config);
@@ -604,7 +607,7 @@ TEST(Train, EmaWeightsAreTheClosedFormAverageAndAreWhatIsScoredAndSaved) {
   ASSERT_TRUE(r.finished);
   ASSERT_EQ(params_before.size(), 6u);
   const auto w = read_weights((dir / "run" / "last.lsw").string());
-  EXPECT_EQ(w.extra["train"]["ema_steps"].get<int64_t>(), 6);
+  EXPECT_EQ(train_state(w)->ema_steps, 6);
   ASSERT_TRUE(w.blobs.count("raw_weights"));
   Network raw(w.config);
   from_archive_bytes(*raw, w.blobs.at("raw_weights"));
@@ -693,11 +696,11 @@ TEST(Train, RecipeOptionsComeFromTheTrainObjectAndAreChecked) {
   TrainOptions o;
   EXPECT_EQ(o.aux_weight, 0.0);  // off by default: the default recipe trains as before
   EXPECT_EQ(o.ema_decay, 0.0);
-  o.apply_json(nlohmann::json{{"aux_weight", 0.4}, {"ema_decay", 0.999}});
+  o.apply_json_string(R"({"aux_weight": 0.4, "ema_decay": 0.999})");
   EXPECT_DOUBLE_EQ(o.aux_weight, 0.4);
   EXPECT_DOUBLE_EQ(o.ema_decay, 0.999);
   TrainOptions back;
-  back.apply_json(o.to_json());  // how a resumed run gets them from its checkpoint
+  back.apply_json_string(o.to_json_string());  // how a resumed run gets them from its checkpoint
   EXPECT_DOUBLE_EQ(back.aux_weight, 0.4);
   EXPECT_DOUBLE_EQ(back.ema_decay, 0.999);
   o.data = o.out_dir = "x";
@@ -756,4 +759,108 @@ TEST(TrainCli, SetIsAppliedAndABadKeyIsAClearError) {
   EXPECT_NE(r.err.find("c0"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir / "run" / "last.lsw"));
   fs::remove_all(dir);
+}
+
+// Each training flag is a row of one table over TrainOptions::set: what it sets lands in the
+// checkpoint's options, a bad value names the option, and --resume starts from the stored ones.
+TEST(TrainCli, FlagsSetTheirTrainOptionsAndBadValuesAreClearErrors) {
+  auto dir = fixtures::temp_dir("trainflags");
+  fixtures::make_shapes_dataset(dir / "data", 4, 2);
+  const std::string data = (dir / "data").string(), run = (dir / "run").string();
+  auto base = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = {"train", "--data", data, "--dataset", "list", "--out", run};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto r = fixtures::run_cli(base({"--epochs", "1", "--batch", "2", "--crop", "32x48", "--lr", "5e-4", "--val-every",
+                                   "0", "--seed", "7", "--workers", "1", "--no-overlap", "--train-split", "train"}),
+                             dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto s = train_state(read_weights(run + "/last.lsw"));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->epoch, 1);
+  EXPECT_EQ(s->options.epochs, 1);
+  EXPECT_EQ(s->options.batch, 2);
+  EXPECT_EQ(s->options.crop_h, 32);
+  EXPECT_EQ(s->options.crop_w, 48);
+  EXPECT_DOUBLE_EQ(s->options.lr, 5e-4);
+  EXPECT_EQ(s->options.val_every, 0);
+  EXPECT_EQ(s->options.seed, 7u);
+  EXPECT_FALSE(s->options.overlap_allreduce);
+  EXPECT_EQ(s->options.weight_decay, TrainOptions{}.weight_decay);  // not given: the library's default
+  // --resume: the stored options are the defaults, a flag changes only its own
+  r = fixtures::run_cli(base({"--resume", "--epochs", "2", "--workers", "1"}), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  s = train_state(read_weights(run + "/last.lsw"));
+  EXPECT_EQ(s->epoch, 2);
+  EXPECT_EQ(s->options.crop_w, 48);
+  EXPECT_DOUBLE_EQ(s->options.lr, 5e-4);
+  for (const auto& [flag, value, named] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--epochs", "many", "epochs"}, {"--crop", "10x10", "32x32"}, {"--lr", "[1]", "lr"}, {"--precision", "fp16", "bf16"}}) {
+    r = fixtures::run_cli(base({"--resume", flag, value}), dir);
+    EXPECT_NE(r.code, 0) << flag;
+    EXPECT_NE(r.err.find(named), std::string::npos) << flag << ": " << r.err;
+  }
+  EXPECT_EQ(train_state(read_weights(run + "/last.lsw"))->epoch, 2);  // refused runs touched nothing
+  fs::remove_all(dir);
+}
+
+// The training state of a checkpoint: read from the layout every checkpoint so far has used,
+// written back with the other keys of the weights' extra JSON kept.
+TEST(Train, TrainStateReadsTheCheckpointLayoutAndRoundTrips) {
+  WeightsFile w;
+  EXPECT_FALSE(train_state(w));  // plain weights
+  w.extra = R"({"note": "kept", "train": {"epoch": 3, "batch": 5, "global_step": 41, "world": 2, "best_miou": 0.5,
+                "part_loss": 2.5, "part_count": 5, "history": [{"epoch": 1, "loss": 1.5, "lr": 0.001,
+                "val_miou": null, "val_pixel_acc": null}], "options": {"lr": 0.002, "crop": [64, 96]}}})";
+  auto s = train_state(w);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->epoch, 3);
+  EXPECT_EQ(s->batch, 5);
+  EXPECT_EQ(s->global_step, 41);
+  EXPECT_EQ(s->world, 2);
+  EXPECT_DOUBLE_EQ(s->best_miou, 0.5);
+  EXPECT_DOUBLE_EQ(s->part_loss, 2.5);
+  EXPECT_EQ(s->part_count, 5);
+  EXPECT_EQ(s->ema_steps, 0);  // absent: no EMA
+  ASSERT_EQ(s->history.size(), 1u);
+  EXPECT_DOUBLE_EQ(s->history[0].loss, 1.5);
+  EXPECT_LT(s->history[0].miou, 0);  // not scored that epoch
+  EXPECT_DOUBLE_EQ(s->options.lr, 0.002);
+  EXPECT_EQ(s->options.crop_w, 96);
+  EXPECT_EQ(s->options.epochs, TrainOptions{}.epochs);
+  s->epoch = 4;
+  s->ema_steps = 9;
+  set_train_state(w, *s);
+  auto back = train_state(w);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->epoch, 4);
+  EXPECT_EQ(back->ema_steps, 9);
+  EXPECT_EQ(back->history.size(), 1u);
+  EXPECT_EQ(back->options.to_json_string(), s->options.to_json_string());
+  EXPECT_EQ(nlohmann::json::parse(w.extra)["note"], "kept");
+  w.extra = R"({"train": {"epoch": 1.5}})";
+  EXPECT_THROW(train_state(w), std::invalid_argument);
+  w.extra = R"({"train": {"options": {"lr": "fast"}}})";
+  EXPECT_THROW(train_state(w), std::invalid_argument);
+}
+
+// TrainOptions::device is a torch::Device like every other option struct's; JSON keeps the text.
+TEST(Train, DeviceIsATorchDeviceWithATextForm) {
+  TrainOptions o;
+  EXPECT_TRUE(o.device.is_cpu());
+  o.set("device=cuda:1");
+  EXPECT_EQ(o.device, torch::Device(torch::kCUDA, 1));
+  EXPECT_NE(o.to_json_string().find(R"("device":"cuda:1")"), std::string::npos) << o.to_json_string();
+  TrainOptions back;
+  back.apply_json_string(o.to_json_string());
+  EXPECT_EQ(back.device, o.device);
+  for (const char* bad : {"device=gpu", "device=cuda:x", "device=3"}) {
+    try {
+      o.set(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("device"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 namespace lightseg {
 
 // C4: a feature-enhancement layer is a DAB, a FEB or a ResNet basic block.
@@ -43,11 +41,14 @@ struct NetworkConfig {
 
   // Throws std::invalid_argument naming the offending key and value.
   void validate() const;
-  nlohmann::json to_json() const;
-  // Reads the "network" object (or the whole object when it has no "network" key).
-  static NetworkConfig from_json(const nlohmann::json& j);
+  // The JSON text of the "network" object (indent < 0: one line).
+  std::string to_json_string(int indent = -1) const;
+  // Reads the "network" object (or the whole object when it has no "network" key) of JSON
+  // text, validated; `what` names the text in errors (std::invalid_argument).
+  static NetworkConfig from_json_string(const std::string& text, const std::string& what = "network config");
   static NetworkConfig from_file(const std::string& path);
-  bool operator==(const NetworkConfig& o) const { return to_json() == o.to_json(); }
+  bool operator==(const NetworkConfig& o) const;
+  bool operator!=(const NetworkConfig& o) const { return !(*this == o); }
 };
 
 using RGB = std::array<uint8_t, 3>;
@@ -63,8 +64,8 @@ struct ModelMeta {
   int ignore_index = 255;          // label value ignored in loss and metrics
   std::string dataset;             // free text, e.g. "camvid"
 
-  nlohmann::json to_json() const;
-  static ModelMeta from_json(const nlohmann::json& j);
+  std::string to_json_string(int indent = -1) const;
+  static ModelMeta from_json_string(const std::string& text, const std::string& what = "model meta");
   // CamVid's 11 classes and the palette everyone uses.
   static ModelMeta camvid();
   // Cityscapes' 19 train classes.
@@ -74,7 +75,5 @@ struct ModelMeta {
   // Throws when the class/colour count differs from num_classes (shows both numbers).
   void check(int num_classes) const;
 };
-
-nlohmann::json read_json_file(const std::string& path);
 
 }  // namespace lightseg

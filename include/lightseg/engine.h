@@ -1,6 +1,7 @@
 // lightseg: the inference path, separate from the training graph.
 //
 //   auto engine = lightseg::make_engine(net, meta);           // "auto": the fastest backend
+//   auto cuda = lightseg::make_engine(net, meta, {"fused", torch::kCUDA});
 //   torch::Tensor logits = engine->logits(images);            // N×3×H×W float RGB 0..255
 //
 // Backends (all give the training graph's labels; tests/test_engine.cpp checks it):
@@ -38,15 +39,13 @@ class InferenceEngine {
   virtual torch::Tensor labels(const torch::Tensor& images) { return logits(images).argmax(1); }
   virtual std::string backend() const = 0;
   virtual torch::Device device() const = 0;
+  // With EngineOptions::profile: the mean time of every step of each input size's plan so
+  // far, as text lines (onednn); empty otherwise. The library never prints it.
+  virtual std::string profile() const { return ""; }
 };
 
-// backend: "auto", "eager", "fused" or "onednn" (see above).
-std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta,
-                                             const std::string& backend = "auto",
-                                             torch::Device device = torch::kCPU);
-
 struct EngineOptions {
-  std::string backend = "auto";
+  std::string backend = "auto";    // "auto", "eager", "fused" or "onednn" (see above)
   torch::Device device = torch::kCPU;
   // Compute type (logits are always returned as float32): on CUDA, of the fused backend:
   // kFloat32, kHalf or kBFloat16. On the CPU: kFloat32, or kBFloat16 with the onednn
@@ -54,8 +53,10 @@ struct EngineOptions {
   // ~2× their f32 speed; labels agree with float32 on ~99.95% of CamVid val pixels).
   torch::ScalarType dtype = torch::kFloat32;
   bool cuda_graphs = true;  // fused on CUDA at batch 1: capture once per shape, then replay
+  bool profile = false;     // time every step (onednn; InferenceEngine::profile())
 };
-std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o);
+// make_engine(net, meta) is the fastest backend on the CPU; make_engine(net, meta, {"fused", torch::kCUDA}).
+std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o = {});
 
 // Multiply-accumulates per second of a large dense 3×3 convolution (128→128 channels) on
 // `device` in `dtype`, measured now (best of several runs): the practical peak that

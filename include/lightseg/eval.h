@@ -5,17 +5,16 @@
 #include <string>
 
 #include "lightseg/dataset.h"
+#include "lightseg/engine.h"
 #include "lightseg/metrics.h"
 #include "lightseg/network.h"
 
 namespace lightseg {
 
 struct EvalOptions {
-  torch::Device device = torch::kCPU;
-  // "eager": the network itself (training graph in eval mode); else an inference backend
-  // (make_engine: auto, onednn, fused) computing in `dtype`.
-  std::string backend = "eager";
-  torch::ScalarType dtype = torch::kFloat32;
+  // What computes the predictions (make_engine): by default the "eager" backend, the training
+  // graph in eval mode (the reference); or auto, onednn, fused on engine.device in engine.dtype.
+  EngineOptions engine{"eager"};
   std::string save_dir;  // if set: each prediction as an 8-bit label-id PNG named after its image
   // called after each image: (done, total)
   std::function<void(size_t, size_t)> progress;
@@ -32,13 +31,10 @@ struct EvalResult {
   double miou() const { return confusion.miou(); }
   double pixel_accuracy() const { return confusion.pixel_accuracy(); }
   // {"miou": x, "pixel_acc": y, "per_class": {name: iou, ...}, "images": n, "backend": b}
-  nlohmann::json to_json() const;
+  std::string to_json_string() const;
 };
 
 // Full resolution, single scale, no flip. The network's class count must match the dataset's.
-EvalResult evaluate(Network& net, const ModelMeta& meta, const SegDataset& data, const EvalOptions& o = {});
-
-// Logits → label ids for one normalised batch (N×K×H×W → N×H×W int64).
-torch::Tensor predict_labels(Network& net, const torch::Tensor& normalised_images);
+EvalResult evaluate(const Network& net, const ModelMeta& meta, const SegDataset& data, const EvalOptions& o = {});
 
 }  // namespace lightseg

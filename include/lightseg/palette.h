@@ -44,7 +44,5 @@ struct LegendEntry {
 };
 // One entry per class of the model, in class-id order.
 std::vector<LegendEntry> legend(const torch::Tensor& labels, const ModelMeta& meta);
-// [{"id","name","color":[r,g,b],"pixels","share"}...]
-nlohmann::json legend_json(const std::vector<LegendEntry>& entries);
 
 }  // namespace lightseg

@@ -3,6 +3,7 @@
 // Basic usage:
 //   lightseg::Predictor p;                                   // the shipped models/camvid.lsw
 //   lightseg::PredictorOptions o; o.weights = "my.lsw";     // or any weights file
+//   o.engine.device = torch::kCUDA;                          // backend, device, dtype: EngineOptions
 //   lightseg::Predictor p2(o);
 //   auto r = p.predict_file("street.png");                   // r.labels: H×W uint8 class ids
 //   auto r = p.predict_encoded(bytes.data(), bytes.size());  // PNG/JPEG bytes
@@ -31,6 +32,7 @@
 #include <torch/torch.h>
 
 #include "lightseg/config.h"
+#include "lightseg/engine.h"
 #include "lightseg/image_io.h"
 #include "lightseg/network.h"
 
@@ -38,9 +40,7 @@ namespace lightseg {
 
 struct PredictorOptions {
   std::string weights;             // .lsw file; empty: default_weights_path() (throws if none)
-  std::string backend = "auto";    // see make_engine()
-  std::string device = "cpu";      // "cpu" or "cuda"
-  torch::ScalarType dtype = torch::kFloat32;  // compute type, see EngineOptions::dtype
+  EngineOptions engine;            // backend, device and compute type of each engine (make_engine)
   int engines = 1;                 // engines in the pool (concurrent forward passes)
   int64_t max_pixels = 0;          // refuse larger inputs with InputError::TooLarge (0: no limit)
 };

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,7 @@ struct TrainOptions {
   // run control
   double time_limit_min = 0;       // 0 = none; stops cleanly after writing a checkpoint
   bool resume = false;
-  std::string device = "cpu";
+  torch::Device device = torch::kCPU;  // JSON: "cpu", "cuda", "cuda:N"
   int val_every = 1;
   uint64_t seed = 1;
   int workers = 2, prefetch = 4;
@@ -73,9 +74,12 @@ struct TrainOptions {
   double bucket_mb = 1.0;
   bool verify_sync = false;        // after every step, check that all ranks hold identical weights (tests)
 
-  nlohmann::json to_json() const;
-  // Applies the keys of j (a "train" object) onto *this; unknown keys are an error.
-  void apply_json(const nlohmann::json& j);
+  // The JSON text of every option (the "train" object of a config; indent < 0: one line).
+  std::string to_json_string(int indent = -1) const;
+  // Applies the keys of a "train" object (JSON text) onto *this; unknown keys are an error.
+  void apply_json_string(const std::string& text, const std::string& what = "train options");
+  // A config file: {"network": {...}, "train": {...}} (either optional), or a bare network object.
+  void apply_config_file(const std::string& path);
   // One override "KEY=VALUE" (mmsegmentation's --cfg-options): KEY is a train option
   // ("lr", or "train.lr") or a network key ("network.c0", "network.stage2.dilations"); VALUE
   // is JSON ("1e-3", "[4, 8]", "true") or else taken as a string ("ohem"). Throws
@@ -96,8 +100,9 @@ struct EpochRecord {
   double loss = 0, lr = 0, seconds = 0, images_per_s = 0, data_wait_share = 0, allreduce_share = 0;
   double miou = -1, pixel_acc = -1; // -1 when not evaluated this epoch
   int64_t skipped_steps = 0;        // steps skipped for a non-finite loss or gradients
-  nlohmann::json to_json() const;
-  static EpochRecord from_json(const nlohmann::json& j);
+  // One line of log.jsonl, and back.
+  std::string to_json_string() const;
+  static EpochRecord from_json_string(const std::string& text);
 };
 
 struct TrainCallbacks {
@@ -118,6 +123,29 @@ struct TrainResult {
   double best_miou = -1;
   std::vector<EpochRecord> history;
 };
+
+// What a checkpoint (RUN/last.lsw) holds besides the weights: where the run stands and how
+// it was configured. best.lsw holds the same, taken at its epoch (with val_miou).
+struct TrainState {
+  int epoch = 0;                   // epochs completed
+  int64_t batch = 0;               // batches of the next epoch already done (a mid-epoch stop)
+  int64_t global_step = 0;         // optimizer steps so far (the LR schedule's position)
+  int world = 1;                   // ranks of the run that wrote it
+  double best_miou = -1;           // best val mIoU so far (-1: none)
+  double val_miou = -1;            // best.lsw: the val mIoU it was kept for
+  // The unfinished epoch's sums so far (its log line then covers the whole epoch).
+  double part_loss = 0, part_seconds = 0, part_wait = 0;
+  int64_t part_count = 0, part_images = 0, part_skipped = 0;
+  int64_t ema_steps = 0;           // EMA updates so far (its warm-up)
+  TrainOptions options;
+  std::vector<EpochRecord> history;
+};
+struct WeightsFile;
+// The training state of a weights file (a checkpoint's), or nullopt for plain weights.
+// Throws std::invalid_argument naming the key when the state is malformed.
+std::optional<TrainState> train_state(const WeightsFile& w);
+// Stores s as w's training state (other keys of w.extra are kept).
+void set_train_state(WeightsFile& w, const TrainState& s);
 
 class Collective;
 // With o.world > 1, `collective` is the process group of all ranks (see distributed.h).

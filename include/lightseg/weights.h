@@ -22,7 +22,7 @@ struct WeightsFile {
   ModelMeta meta;
   std::vector<std::pair<std::string, torch::Tensor>> tensors;  // in model order
   std::map<std::string, std::string> blobs;
-  nlohmann::json extra = nlohmann::json::object();
+  std::string extra = "{}";  // JSON text (a checkpoint's training state: train_state())
 };
 
 // Collects the model's parameters and buffers (CPU, contiguous copies).

@@ -1,4 +1,5 @@
 #include "lightseg/config.h"
+#include "core/json_io.h"
 #include "core/json_number.h"
 
 #include <fstream>
@@ -105,14 +106,28 @@ void NetworkConfig::validate() const {
   }
 }
 
-json NetworkConfig::to_json() const {
-  return json{{"in_channels", in_channels}, {"c0", c0}, {"c1", c1}, {"c2", c2},
-              {"stage1", stage_to_json(stage1)}, {"stage2", stage_to_json(stage2)},
-              {"feb_ratio", feb_ratio}, {"spatial_attention", spatial_attention},
-              {"num_classes", num_classes}};
+json to_json(const NetworkConfig& n) {
+  return json{{"in_channels", n.in_channels}, {"c0", n.c0}, {"c1", n.c1}, {"c2", n.c2},
+              {"stage1", stage_to_json(n.stage1)}, {"stage2", stage_to_json(n.stage2)},
+              {"feb_ratio", n.feb_ratio}, {"spatial_attention", n.spatial_attention},
+              {"num_classes", n.num_classes}};
 }
 
-NetworkConfig NetworkConfig::from_json(const json& jin) {
+std::string NetworkConfig::to_json_string(int indent) const { return to_json(*this).dump(indent); }
+
+bool NetworkConfig::operator==(const NetworkConfig& o) const { return to_json(*this) == to_json(o); }
+
+json parse_json(const std::string& text, const std::string& what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw std::invalid_argument(what + " is not valid JSON");
+  return j;
+}
+
+NetworkConfig NetworkConfig::from_json_string(const std::string& text, const std::string& what) {
+  return network_config_from_json(parse_json(text, what));
+}
+
+NetworkConfig network_config_from_json(const json& jin) {
   const json& j = jin.contains("network") ? jin.at("network") : jin;
   check_keys(j, {"in_channels", "c0", "c1", "c2", "stage1", "stage2", "feb_ratio",
                  "spatial_attention", "num_classes"}, "network config");
@@ -146,18 +161,18 @@ json read_json_file(const std::string& path) {
 
 NetworkConfig NetworkConfig::from_file(const std::string& path) {
   try {
-    return from_json(read_json_file(path));
+    return network_config_from_json(read_json_file(path));
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(path + ": " + e.what());
   }
 }
 
-json ModelMeta::to_json() const {
+json to_json(const ModelMeta& m) {
   json pal = json::array();
-  for (const auto& c : palette) pal.push_back({c[0], c[1], c[2]});
-  return json{{"arch", arch}, {"classes", class_names}, {"palette", pal},
-              {"mean", mean}, {"std", std}, {"ignore_index", ignore_index},
-              {"dataset", dataset}};
+  for (const auto& c : m.palette) pal.push_back({c[0], c[1], c[2]});
+  return json{{"arch", m.arch}, {"classes", m.class_names}, {"palette", pal},
+              {"mean", m.mean}, {"std", m.std}, {"ignore_index", m.ignore_index},
+              {"dataset", m.dataset}};
 }
 
 static std::array<float, 3> three_floats(const json& v, const std::string& what) {
@@ -166,7 +181,13 @@ static std::array<float, 3> three_floats(const json& v, const std::string& what)
   return {x[0], x[1], x[2]};
 }
 
-ModelMeta ModelMeta::from_json(const json& j) {
+std::string ModelMeta::to_json_string(int indent) const { return to_json(*this).dump(indent); }
+
+ModelMeta ModelMeta::from_json_string(const std::string& text, const std::string& what) {
+  return model_meta_from_json(parse_json(text, what));
+}
+
+ModelMeta model_meta_from_json(const json& j) {
   ModelMeta m;
   try {
     if (j.contains("arch")) m.arch = j.at("arch").get<std::string>();

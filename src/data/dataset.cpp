@@ -1,4 +1,5 @@
 #include "lightseg/dataset.h"
+#include "core/json_io.h"
 
 #include <algorithm>
 #include <cmath>
@@ -148,7 +149,7 @@ SegDataset SegDataset::list(const std::string& root, const std::string& split) {
                              "' is missing (it names \"classes\", \"palette\" and \"ignore_index\")");
   auto j = read_json_file(meta.string());
   try {
-    d.meta_ = ModelMeta::from_json(j);
+    d.meta_ = model_meta_from_json(j);
   } catch (const std::exception& e) {
     throw std::runtime_error(meta.string() + ": " + e.what());
   }

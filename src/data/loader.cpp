@@ -1,4 +1,4 @@
-#include "lightseg/loader.h"
+#include "data/loader.h"
 
 #include <omp.h>
 

@@ -1,4 +1,4 @@
-#include "lightseg/transforms.h"
+#include "data/transforms.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,5 @@
 #include "lightseg/distributed.h"
+#include "dist/gradient_sync.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -14,7 +15,7 @@
 #define LIGHTSEG_NCCL 0
 #endif
 
-#include "lightseg/model/layers.h"
+#include "model/hooks.h"
 
 namespace lightseg {
 

@@ -1,6 +1,7 @@
 // ONNX export: the folded operation list (fused_network.h) written as an ONNX graph with
 // libonnx, then checked with onnx::checker and strict shape inference.
 #include "lightseg/export.h"
+#include "core/json_io.h"
 
 #include <fstream>
 #include <map>
@@ -12,7 +13,7 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include "lightseg/fused_network.h"
+#include "infer/fused_network.h"
 #include "lightseg/weights.h"
 #include "core/file_io.h"
 
@@ -304,7 +305,7 @@ std::string onnx_model_bytes(const Network& net, const ModelMeta& meta, const On
   opset->set_version(o.opset);
   auto* meta_prop = m.add_metadata_props();
   meta_prop->set_key("lightseg");
-  meta_prop->set_value(nlohmann::json{{"meta", meta.to_json()}, {"config", f.config.to_json()}}.dump());
+  meta_prop->set_value(nlohmann::json{{"meta", to_json(meta)}, {"config", to_json(f.config)}}.dump());
   auto* g = m.mutable_graph();
   g->set_name("lightseg");
   const int64_t k = f.channels[f.output];

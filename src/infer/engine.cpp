@@ -8,8 +8,8 @@
 
 #include "infer/onednn_engine.h"
 #include "lightseg/features.h"
-#include "lightseg/fused_network.h"
-#include "lightseg/transforms.h"
+#include "infer/fused_network.h"
+#include "data/transforms.h"
 #if LIGHTSEG_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -159,17 +159,9 @@ std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta
     if (!o.device.is_cpu()) throw std::invalid_argument("the onednn backend runs on the CPU only");
     if (!onednn_available())
       throw std::invalid_argument("this build has no onednn backend (libdnnl-dev was not found at configure time)");
-    return make_onednn_engine(fuse_network(net, meta), o.dtype == torch::kBFloat16);
+    return make_onednn_engine(fuse_network(net, meta), o.dtype == torch::kBFloat16, o.profile);
   }
   throw std::invalid_argument("unknown inference backend '" + backend + "' (expected auto, eager, fused or onednn)");
-}
-
-std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const std::string& backend,
-                                             torch::Device device) {
-  EngineOptions o;
-  o.backend = backend;
-  o.device = device;
-  return make_engine(net, meta, o);
 }
 
 }  // namespace lightseg

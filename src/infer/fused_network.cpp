@@ -1,6 +1,6 @@
 // The inference form of the network: BN folding, the fused operation list, and its LibTorch
 // interpreter (the "fused" backend; CPU or CUDA).
-#include "lightseg/fused_network.h"
+#include "infer/fused_network.h"
 
 #include <stdexcept>
 

@@ -19,7 +19,8 @@
 //     bilinear upsampling straight into the logits, or fused with the argmax for labels().
 // Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread
 // count; this file must be compiled with -fopenmp, or at::parallel_for runs serially).
-// LIGHTSEG_PROFILE=1 prints the mean time of every step when a plan is destroyed.
+// With EngineOptions::profile, every step is timed and InferenceEngine::profile() gives the
+// mean time of each (the caller prints it: `lightseg bench --profile`).
 //
 // bf16 plans (EngineOptions::dtype = kBFloat16, CPUs with AVX512-BF16 or AMX): every dense
 // convolution but the first reads bf16 activations and bf16 weights, accumulating in f32
@@ -68,7 +69,7 @@ bool onednn_available() { return false; }
 bool onednn_bf16_available() { return false; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
 void onednn_use_avx512_kernels(bool) {}
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
 
@@ -1117,10 +1118,12 @@ torch::Tensor padded(const torch::Tensor& t, int64_t c) {
 class Plan {
  public:
   Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16);
+  void set_profiling(bool on) { profile_ = on; }
+  // The mean time of every step over the profiled calls ("" when none).
+  std::string report() const;
   torch::Tensor run(const torch::Tensor& images, dnnl::stream& strm);
   // N×H×W int64 labels: every step but the output resize, then upsampling + argmax.
   torch::Tensor labels(const torch::Tensor& images, dnnl::stream& strm);
-  ~Plan();
 
  private:
   using Step = std::function<void(dnnl::stream&)>;
@@ -1144,7 +1147,8 @@ class Plan {
   std::vector<torch::Tensor> params_;                  // padded per-channel arrays
   const float* input_ = nullptr;                       // set per call
   std::shared_ptr<OutputResize> output_resize_;        // the last step's (labels() runs it differently)
-  std::vector<double> step_seconds_;                   // LIGHTSEG_PROFILE=1: time per step, summed
+  bool profile_ = false;
+  std::vector<double> step_seconds_;                   // profiling: time per step, summed
   int64_t profiled_runs_ = 0;
   float* output_ = nullptr;                            // set per call
 };
@@ -1763,11 +1767,7 @@ torch::Tensor Plan::run(const torch::Tensor& images, dnnl::stream& strm) {
                                                torch::MemoryFormat::ChannelsLast));
   input_ = images.data_ptr<float>();
   output_ = out.data_ptr<float>();
-  static const bool profile = [] {
-    const char* p = std::getenv("LIGHTSEG_PROFILE");
-    return p && *p && std::string(p) != "0";
-  }();
-  if (!profile) {
+  if (!profile_) {
     for (auto& s : steps_) s(strm);
     strm.wait();
     return out;
@@ -1792,23 +1792,27 @@ torch::Tensor Plan::labels(const torch::Tensor& images, dnnl::stream& strm) {
   return out;
 }
 
-// LIGHTSEG_PROFILE=1: the mean time of every step over the plan's calls, on stderr.
-Plan::~Plan() {
-  if (profiled_runs_ == 0) return;
+std::string Plan::report() const {
+  if (profiled_runs_ == 0) return "";
   double total = 0;
   for (double s : step_seconds_) total += s;
-  std::fprintf(stderr, "onednn plan %lldx%lldx%lld: %lld calls, %.3f ms per call\n", static_cast<long long>(N_),
-               static_cast<long long>(H_), static_cast<long long>(W_), static_cast<long long>(profiled_runs_),
-               1e3 * total / profiled_runs_);
-  for (size_t i = 0; i < steps_.size(); ++i)
-    std::fprintf(stderr, "  %7.3f ms %5.1f%%  %s\n", 1e3 * step_seconds_[i] / profiled_runs_,
-                 100.0 * step_seconds_[i] / total, labels_[i].c_str());
+  char b[512];
+  std::snprintf(b, sizeof b, "onednn plan %lldx%lldx%lld: %lld calls, %.3f ms per call\n", static_cast<long long>(N_),
+                static_cast<long long>(H_), static_cast<long long>(W_), static_cast<long long>(profiled_runs_),
+                1e3 * total / profiled_runs_);
+  std::string r = b;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    std::snprintf(b, sizeof b, "  %7.3f ms %5.1f%%  %s\n", 1e3 * step_seconds_[i] / profiled_runs_,
+                  100.0 * step_seconds_[i] / total, labels_[i].c_str());
+    r += b;
+  }
+  return r;
 }
 
 class Engine : public InferenceEngine {
  public:
-  Engine(const FusedNetwork& f, bool bf16)
-      : f_(to(f, torch::kCPU)), bf16_(bf16), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+  Engine(const FusedNetwork& f, bool bf16, bool profile)
+      : f_(to(f, torch::kCPU)), bf16_(bf16), profile_(profile), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
     if (bf16_) {
       if (!onednn_bf16_available())
         throw std::invalid_argument(
@@ -1833,15 +1837,21 @@ class Engine : public InferenceEngine {
     if (it == plans_.end()) {
       if (plans_.size() >= 4) plans_.clear();  // a few shapes at a time (each holds its buffers)
       it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_)).first;
+      it->second->set_profiling(profile_);
     }
     return labels ? it->second->labels(x, strm_) : it->second->run(x, strm_);
   }
   std::string backend() const override { return bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
+  std::string profile() const override {
+    std::string r;
+    for (const auto& [key, plan] : plans_) r += plan->report();
+    return r;
+  }
 
  private:
   FusedNetwork f_;
-  bool bf16_;
+  bool bf16_, profile_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
@@ -1849,9 +1859,9 @@ class Engine : public InferenceEngine {
 
 }  // namespace onednn
 
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16, bool profile) {
   if (std::string why = onednn_unsuitable_reason(); !why.empty()) throw BackendUnsuitable(why + ": use the fused backend");
-  return std::make_unique<onednn::Engine>(f, bf16);
+  return std::make_unique<onednn::Engine>(f, bf16, profile);
 }
 
 #endif  // LIGHTSEG_HAVE_DNNL

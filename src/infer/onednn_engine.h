@@ -6,7 +6,7 @@
 #include <string>
 
 #include "lightseg/engine.h"
-#include "lightseg/fused_network.h"
+#include "infer/fused_network.h"
 
 namespace lightseg {
 
@@ -23,8 +23,9 @@ class BackendUnsuitable : public std::runtime_error {
 // True when onednn is available and the CPU has AVX512-BF16 or AMX (bf16 plans).
 bool onednn_bf16_available();
 // Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
-// accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument).
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false);
+// accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument). profile: time every
+// step (InferenceEngine::profile()).
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false, bool profile = false);
 // Where a kernel has an AVX-512 form and a portable one (the register epilogues, the packed
 // logits), false makes every plan use the portable form from the next call on; for tests,
 // so that the path CPUs without AVX-512 take stays checked on machines with it. Default true.

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "lightseg/image_io.h"
+#include "core/json_io.h"
 
 namespace lightseg {
 
@@ -77,7 +78,7 @@ std::vector<LegendEntry> legend(const torch::Tensor& labels, const ModelMeta& me
   return out;
 }
 
-nlohmann::json legend_json(const std::vector<LegendEntry>& entries) {
+nlohmann::json to_json(const std::vector<LegendEntry>& entries) {
   auto j = nlohmann::json::array();
   for (const auto& e : entries)
     j.push_back({{"id", e.id}, {"name", e.name}, {"color", {e.color[0], e.color[1], e.color[2]}},

@@ -12,7 +12,7 @@
 
 #include "lightseg/engine.h"
 #include "lightseg/image_io.h"
-#include "lightseg/transforms.h"
+#include "data/transforms.h"
 #include "lightseg/weights.h"
 #include "core/file_io.h"
 
@@ -72,14 +72,9 @@ struct Predictor::Impl {
       throw std::invalid_argument("label maps are 8-bit: at most 255 classes, the model has " +
                                   std::to_string(config.num_classes));
     params = count_parameters(*net);
-    torch::Device dev(opt.device);
-    if (dev.is_cuda() && !torch::cuda::is_available())
-      throw std::runtime_error("device '" + opt.device + "': no CUDA device available");
-    EngineOptions eo;
-    eo.backend = opt.backend;
-    eo.device = dev;
-    eo.dtype = opt.dtype;
-    for (int i = 0; i < opt.engines; ++i) engines.push_back(make_engine(net, meta, eo));
+    if (opt.engine.device.is_cuda() && !torch::cuda::is_available())
+      throw std::runtime_error("device '" + opt.engine.device.str() + "': no CUDA device available");
+    for (int i = 0; i < opt.engines; ++i) engines.push_back(make_engine(net, meta, opt.engine));
     backend = engines.front()->backend();
     for (auto& e : engines) workers.emplace_back([this, eng = e.get()] { work(*eng); });
   }

@@ -1,4 +1,5 @@
 #include "lightseg/model/layers.h"
+#include "model/hooks.h"
 
 namespace lightseg::model {
 

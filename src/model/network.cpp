@@ -1,4 +1,5 @@
 #include "lightseg/network.h"
+#include "model/hooks.h"
 
 #include <map>
 #include <stdexcept>

@@ -1,5 +1,6 @@
 #include "lightseg/weights.h"
 #include "core/file_io.h"
+#include "core/json_io.h"
 #include "core/json_number.h"
 
 #include <fcntl.h>
@@ -54,9 +55,9 @@ void write_weights(const std::string& path, const WeightsFile& w) {
   h["format"] = "lightseg-weights";
   h["version"] = 1;
   h["arch"] = w.meta.arch;
-  h["config"] = w.config.to_json();
-  h["meta"] = w.meta.to_json();
-  h["extra"] = w.extra;
+  h["config"] = to_json(w.config);
+  h["meta"] = to_json(w.meta);
+  h["extra"] = parse_json(w.extra.empty() ? std::string("{}") : w.extra, "the weights' extra JSON");
   std::string data;
   json tl = json::array();
   for (const auto& [name, t0] : w.tensors) {
@@ -116,9 +117,9 @@ WeightsFile parse_weights(const std::string& all, const std::string& path) {
   try {
     if (h.value("format", "") != "lightseg-weights")
       throw std::runtime_error("'" + path + "' is not a lightseg weights file");
-    w.config = NetworkConfig::from_json(h.at("config"));
-    w.meta = ModelMeta::from_json(h.at("meta"));
-    if (h.contains("extra")) w.extra = h.at("extra");
+    w.config = network_config_from_json(h.at("config"));
+    w.meta = model_meta_from_json(h.at("meta"));
+    if (h.contains("extra")) w.extra = h.at("extra").dump();
     for (const auto& t : h.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
       const auto shape = json_numbers<int64_t>(t.at("shape"), "shape");

@@ -9,6 +9,7 @@
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
 #include "lightseg/predictor.h"
+#include "core/json_io.h"
 #include "serve/http_server.h"
 
 namespace lightseg {
@@ -248,7 +249,7 @@ struct Server::Impl {
       j["width"] = W;
       j["height"] = H;
       j["channels"] = p.image.dim() == 3 ? p.image.size(2) : 1;
-      j["classes"] = legend_json(legend(p.labels, pred->meta()));
+      j["classes"] = to_json(legend(p.labels, pred->meta()));
       j["backend"] = pred->backend();
       if (!picture.empty()) {
         j["image"] = "data:image/png;base64," + base64(render(p.image, p.labels, palette, render_from_string(picture), alpha));
@@ -298,9 +299,9 @@ struct Server::Impl {
         {"ignore_index", m.ignore_index},
         {"normalization", {{"input", "RGB, 0..255"}, {"mean", m.mean}, {"std", m.std}, {"formula", "(x - mean) / std"}}},
         {"parameters", pred->parameters()},
-        {"config", pred->config().to_json()},
+        {"config", to_json(pred->config())},
         {"backend", pred->backend()},
-        {"device", po.device},
+        {"device", po.engine.device.str()},
         {"limits", {{"max_bytes", opt.max_bytes}, {"max_pixels", po.max_pixels}, {"max_queue", opt.max_queue}}},
     }.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a file name is any bytes
 

@@ -1,4 +1,4 @@
-#include "lightseg/losses.h"
+#include "train/losses.h"
 
 #include <algorithm>
 

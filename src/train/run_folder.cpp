@@ -1,6 +1,12 @@
 // The run folder's lock and the removal of stale checkpoint temporaries (see run_folder.h).
 #include "run_folder.h"
 
+#include "core/file_io.h"
+#include "core/json_io.h"
+#include "core/json_number.h"
+#include "lightseg/dataset.h"
+#include "lightseg/train.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -101,6 +107,26 @@ StaleTemporaries remove_stale_temporaries(const std::string& dir, const std::vec
     }
   }
   return r;
+}
+
+std::vector<float> cached_class_weights(const SegDataset& ds, const TrainOptions& o,
+                                        const std::function<void(const std::string&)>& say) {
+  using nlohmann::json;
+  fs::path cache = fs::path(o.out_dir) / "class_weights.json";
+  const std::string key = ds.kind() + ":" + fs::weakly_canonical(o.data).string() + ":" + o.train_split + ":" +
+                          std::to_string(ds.size());
+  if (fs::exists(cache)) {
+    try {
+      auto j = read_json_file(cache.string());
+      if (j.value("key", "") == key) return json_numbers<float>(j.at("weights"), "weights");
+    } catch (...) {  // unreadable or stale: computed again below
+    }
+  }
+  if (say) say("computing class weights from " + std::to_string(ds.size()) + " training labels");
+  auto counts = ds.class_histogram();
+  auto w = enet_class_weights(counts);
+  write_file_atomic(cache.string(), json{{"key", key}, {"counts", counts}, {"weights", w}}.dump(1));
+  return w;
 }
 
 }  // namespace lightseg

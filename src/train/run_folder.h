@@ -2,10 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace lightseg {
+
+class SegDataset;
+struct TrainOptions;
 
 // RUN/.lock, flock()ed for as long as this object lives. The kernel drops the lock when the
 // process ends, however it ends, so a killed trainer never leaves the folder locked; the file
@@ -37,5 +41,11 @@ struct StaleTemporaries {
 // of these names can be at work; a PID that is a live process is still kept (a trainer
 // without a lock, or the PID reused: either way the file can wait for the next run).
 StaleTemporaries remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names);
+
+// The class weights of the training split (enet_class_weights of its label histogram), cached
+// in RUN/class_weights.json under a key of the dataset kind, folder, split and size; `say`
+// tells when they are computed (a pass over every label).
+std::vector<float> cached_class_weights(const SegDataset& ds, const TrainOptions& o,
+                                        const std::function<void(const std::string&)>& say);
 
 }  // namespace lightseg

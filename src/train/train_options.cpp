@@ -1,81 +1,95 @@
 #include <cmath>
-#include "core/json_number.h"
 #include <stdexcept>
 
 #include "lightseg/train.h"
+#include "core/json_io.h"
+#include "core/json_number.h"
 
 namespace lightseg {
 
 using nlohmann::json;
 
-json TrainOptions::to_json() const {
-  return json{{"data", data}, {"dataset", dataset}, {"train_split", train_split}, {"val_split", val_split},
-              {"out_dir", out_dir}, {"epochs", epochs}, {"batch", batch}, {"crop", {crop_h, crop_w}},
-              {"optimizer", optimizer}, {"lr", lr}, {"weight_decay", weight_decay}, {"momentum", momentum},
-              {"nesterov", nesterov}, {"bn_weight_decay", bn_weight_decay}, {"warmup_epochs", warmup_epochs},
-              {"warmup_start", warmup_start}, {"poly_power", poly_power}, {"scale_min", scale_min},
-              {"scale_max", scale_max}, {"jitter", jitter}, {"flip", flip}, {"loss", loss},
-              {"ohem_thresh", ohem_thresh}, {"ohem_min_kept", ohem_min_kept}, {"class_weights", class_weights},
-              {"aux_weight", aux_weight}, {"ema_decay", ema_decay},
-              {"time_limit_min", time_limit_min}, {"device", device}, {"val_every", val_every}, {"seed", seed},
-              {"workers", workers}, {"prefetch", prefetch}, {"channels_last", channels_last}, {"amp", amp}, {"amp_cpu", amp_cpu},
-              {"max_iters", max_iters}, {"sync_bn", sync_bn}, {"overlap_allreduce", overlap_allreduce},
-              {"bucket_mb", bucket_mb}, {"init_weights", init_weights}, {"network", network.to_json()}};
+namespace {
+torch::Device device_from_string(const std::string& s) {
+  if (s != "cpu" && s != "cuda" && s.rfind("cuda:", 0) != 0)
+    throw std::invalid_argument("train option 'device' must be cpu, cuda or cuda:N, got '" + s + "'");
+  try {
+    return torch::Device(s);
+  } catch (const c10::Error&) {
+    throw std::invalid_argument("train option 'device' must be cpu, cuda or cuda:N, got '" + s + "'");
+  }
+}
+}  // namespace
+
+json to_json(const TrainOptions& o) {
+  return json{{"data", o.data}, {"dataset", o.dataset}, {"train_split", o.train_split}, {"val_split", o.val_split},
+              {"out_dir", o.out_dir}, {"epochs", o.epochs}, {"batch", o.batch}, {"crop", {o.crop_h, o.crop_w}},
+              {"optimizer", o.optimizer}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"momentum", o.momentum},
+              {"nesterov", o.nesterov}, {"bn_weight_decay", o.bn_weight_decay}, {"warmup_epochs", o.warmup_epochs},
+              {"warmup_start", o.warmup_start}, {"poly_power", o.poly_power}, {"scale_min", o.scale_min},
+              {"scale_max", o.scale_max}, {"jitter", o.jitter}, {"flip", o.flip}, {"loss", o.loss},
+              {"ohem_thresh", o.ohem_thresh}, {"ohem_min_kept", o.ohem_min_kept}, {"class_weights", o.class_weights},
+              {"aux_weight", o.aux_weight}, {"ema_decay", o.ema_decay},
+              {"time_limit_min", o.time_limit_min}, {"device", o.device.str()}, {"val_every", o.val_every}, {"seed", o.seed},
+              {"workers", o.workers}, {"prefetch", o.prefetch}, {"channels_last", o.channels_last}, {"amp", o.amp}, {"amp_cpu", o.amp_cpu},
+              {"max_iters", o.max_iters}, {"sync_bn", o.sync_bn}, {"overlap_allreduce", o.overlap_allreduce},
+              {"bucket_mb", o.bucket_mb}, {"init_weights", o.init_weights}, {"network", to_json(o.network)}};
 }
 
-void TrainOptions::apply_json(const json& j) {
+void apply_json(TrainOptions& o, const json& j) {
   if (!j.is_object()) throw std::invalid_argument("train options must be a JSON object");
+  std::string k;
   try {
     for (auto it = j.begin(); it != j.end(); ++it) {
-      const std::string& k = it.key();
+      k = it.key();
       const json& v = it.value();
-      if (k == "data") data = v.get<std::string>();
-      else if (k == "dataset") dataset = v.get<std::string>();
-      else if (k == "train_split") train_split = v.get<std::string>();
-      else if (k == "val_split") val_split = v.get<std::string>();
-      else if (k == "out_dir") out_dir = v.get<std::string>();
-      else if (k == "epochs") epochs = json_number<int>(v, "train." + k);
-      else if (k == "batch") batch = json_number<int>(v, "train." + k);
-      else if (k == "crop") { auto c = json_numbers<int64_t>(v, "train." + k); if (c.size() != 2) throw std::invalid_argument("train.crop must be [h, w]"); crop_h = c[0]; crop_w = c[1]; }
-      else if (k == "optimizer") optimizer = v.get<std::string>();
-      else if (k == "lr") lr = v.get<double>();
-      else if (k == "weight_decay") weight_decay = v.get<double>();
-      else if (k == "momentum") momentum = v.get<double>();
-      else if (k == "nesterov") nesterov = v.get<bool>();
-      else if (k == "bn_weight_decay") bn_weight_decay = v.get<bool>();
-      else if (k == "warmup_epochs") warmup_epochs = v.get<double>();
-      else if (k == "warmup_start") warmup_start = v.get<double>();
-      else if (k == "poly_power") poly_power = v.get<double>();
-      else if (k == "scale_min") scale_min = v.get<double>();
-      else if (k == "scale_max") scale_max = v.get<double>();
-      else if (k == "jitter") jitter = v.get<double>();
-      else if (k == "flip") flip = v.get<bool>();
-      else if (k == "loss") loss = v.get<std::string>();
-      else if (k == "ohem_thresh") ohem_thresh = v.get<double>();
-      else if (k == "ohem_min_kept") ohem_min_kept = v.get<double>();
-      else if (k == "class_weights") class_weights = json_numbers<float>(v, "train." + k);
-      else if (k == "aux_weight") aux_weight = v.get<double>();
-      else if (k == "ema_decay") ema_decay = v.get<double>();
-      else if (k == "time_limit_min") time_limit_min = v.get<double>();
-      else if (k == "device") device = v.get<std::string>();
-      else if (k == "val_every") val_every = json_number<int>(v, "train." + k);
-      else if (k == "seed") seed = json_number<uint64_t>(v, "train." + k);
-      else if (k == "workers") workers = json_number<int>(v, "train." + k);
-      else if (k == "prefetch") prefetch = json_number<int>(v, "train." + k);
-      else if (k == "channels_last") channels_last = v.get<bool>();
-      else if (k == "amp") amp = v.get<bool>();
-      else if (k == "amp_cpu") amp_cpu = v.get<bool>();
-      else if (k == "max_iters") max_iters = json_number<int64_t>(v, "train." + k);
-      else if (k == "sync_bn") sync_bn = v.get<bool>();
-      else if (k == "overlap_allreduce") overlap_allreduce = v.get<bool>();
-      else if (k == "bucket_mb") bucket_mb = v.get<double>();
-      else if (k == "verify_sync") verify_sync = v.get<bool>();
-      else if (k == "init_weights") init_weights = v.get<std::string>();
-      else if (k == "network") network = NetworkConfig::from_json(v);
+      if (k == "data") o.data = v.get<std::string>();
+      else if (k == "dataset") o.dataset = v.get<std::string>();
+      else if (k == "train_split") o.train_split = v.get<std::string>();
+      else if (k == "val_split") o.val_split = v.get<std::string>();
+      else if (k == "out_dir") o.out_dir = v.get<std::string>();
+      else if (k == "epochs") o.epochs = json_number<int>(v, "train." + k);
+      else if (k == "batch") o.batch = json_number<int>(v, "train." + k);
+      else if (k == "crop") { auto c = json_numbers<int64_t>(v, "train." + k); if (c.size() != 2) throw std::invalid_argument("train.crop must be [h, w]"); o.crop_h = c[0]; o.crop_w = c[1]; }
+      else if (k == "optimizer") o.optimizer = v.get<std::string>();
+      else if (k == "lr") o.lr = v.get<double>();
+      else if (k == "weight_decay") o.weight_decay = v.get<double>();
+      else if (k == "momentum") o.momentum = v.get<double>();
+      else if (k == "nesterov") o.nesterov = v.get<bool>();
+      else if (k == "bn_weight_decay") o.bn_weight_decay = v.get<bool>();
+      else if (k == "warmup_epochs") o.warmup_epochs = v.get<double>();
+      else if (k == "warmup_start") o.warmup_start = v.get<double>();
+      else if (k == "poly_power") o.poly_power = v.get<double>();
+      else if (k == "scale_min") o.scale_min = v.get<double>();
+      else if (k == "scale_max") o.scale_max = v.get<double>();
+      else if (k == "jitter") o.jitter = v.get<double>();
+      else if (k == "flip") o.flip = v.get<bool>();
+      else if (k == "loss") o.loss = v.get<std::string>();
+      else if (k == "ohem_thresh") o.ohem_thresh = v.get<double>();
+      else if (k == "ohem_min_kept") o.ohem_min_kept = v.get<double>();
+      else if (k == "class_weights") o.class_weights = json_numbers<float>(v, "train." + k);
+      else if (k == "aux_weight") o.aux_weight = v.get<double>();
+      else if (k == "ema_decay") o.ema_decay = v.get<double>();
+      else if (k == "time_limit_min") o.time_limit_min = v.get<double>();
+      else if (k == "device") o.device = device_from_string(v.get<std::string>());
+      else if (k == "val_every") o.val_every = json_number<int>(v, "train." + k);
+      else if (k == "seed") o.seed = json_number<uint64_t>(v, "train." + k);
+      else if (k == "workers") o.workers = json_number<int>(v, "train." + k);
+      else if (k == "prefetch") o.prefetch = json_number<int>(v, "train." + k);
+      else if (k == "channels_last") o.channels_last = v.get<bool>();
+      else if (k == "amp") o.amp = v.get<bool>();
+      else if (k == "amp_cpu") o.amp_cpu = v.get<bool>();
+      else if (k == "max_iters") o.max_iters = json_number<int64_t>(v, "train." + k);
+      else if (k == "sync_bn") o.sync_bn = v.get<bool>();
+      else if (k == "overlap_allreduce") o.overlap_allreduce = v.get<bool>();
+      else if (k == "bucket_mb") o.bucket_mb = v.get<double>();
+      else if (k == "verify_sync") o.verify_sync = v.get<bool>();
+      else if (k == "init_weights") o.init_weights = v.get<std::string>();
+      else if (k == "network") o.network = network_config_from_json(v);
       else throw std::invalid_argument("unknown key '" + k + "' in train options");
     }
   } catch (const json::exception& e) {
-    throw std::invalid_argument(std::string("train options: ") + e.what());
+    throw std::invalid_argument("train option '" + k + "': " + e.what());
   }
 }
 
@@ -88,7 +102,7 @@ void TrainOptions::set(const std::string& kv) {
   json value = json::parse(text, nullptr, false);
   if (value.is_discarded()) value = text;  // a bare word: a string
   if (key.rfind("network.", 0) == 0) {
-    json net = network.to_json();
+    json net = to_json(network);
     json* at = &net;
     std::string rest = key.substr(8);
     for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
@@ -102,13 +116,13 @@ void TrainOptions::set(const std::string& kv) {
     (*at)[rest] = value;
     // A new layer count without a new schedule: the schedule follows (as in a config file).
     if (rest == "layers" && at != &net) at->erase("dilations");
-    network = NetworkConfig::from_json(net);
+    network = network_config_from_json(net);
     return;
   }
   if (key.rfind("train.", 0) == 0) key = key.substr(6);
   if (key.empty() || key.find('.') != std::string::npos)
     throw std::invalid_argument("override '" + kv + "': unknown key '" + key + "' in train options");
-  apply_json(json{{key, value}});
+  lightseg::apply_json(*this, json{{key, value}});
 }
 
 void TrainOptions::validate() const {
@@ -129,21 +143,21 @@ void TrainOptions::validate() const {
   need(aux_weight >= 0 && std::isfinite(aux_weight), "train: aux_weight must be >= 0 (0: no auxiliary heads)");
   need(ema_decay >= 0 && ema_decay < 1, "train: ema_decay must be in [0, 1) (0: no EMA)");
   need(val_every >= 0, "train: val_every must be >= 0");
-  need(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0, "train: device must be cpu or cuda, got '" + device + "'");
+  need(device.is_cpu() || device.is_cuda(), "train: device must be cpu or cuda, got '" + device.str() + "'");
   need(world >= 1 && rank >= 0 && rank < world, "train: rank must be in 0..world-1");
   network.validate();
 }
 
-json EpochRecord::to_json() const {
-  json j{{"epoch", epoch}, {"loss", loss}, {"lr", lr}, {"seconds", seconds}, {"images_per_s", images_per_s},
-         {"data_wait_share", data_wait_share}, {"allreduce_share", allreduce_share}};
-  j["val_miou"] = miou >= 0 ? json(miou) : json(nullptr);
-  j["val_pixel_acc"] = pixel_acc >= 0 ? json(pixel_acc) : json(nullptr);
-  if (skipped_steps > 0) j["skipped_steps"] = skipped_steps;
+json to_json(const EpochRecord& r) {
+  json j{{"epoch", r.epoch}, {"loss", r.loss}, {"lr", r.lr}, {"seconds", r.seconds}, {"images_per_s", r.images_per_s},
+         {"data_wait_share", r.data_wait_share}, {"allreduce_share", r.allreduce_share}};
+  j["val_miou"] = r.miou >= 0 ? json(r.miou) : json(nullptr);
+  j["val_pixel_acc"] = r.pixel_acc >= 0 ? json(r.pixel_acc) : json(nullptr);
+  if (r.skipped_steps > 0) j["skipped_steps"] = r.skipped_steps;
   return j;
 }
 
-EpochRecord EpochRecord::from_json(const json& j) {
+EpochRecord epoch_record_from_json(const json& j) {
   EpochRecord r;
   r.epoch = json_number<int>(j.at("epoch"), "epoch");
   r.loss = j.at("loss").get<double>();
@@ -158,13 +172,38 @@ EpochRecord EpochRecord::from_json(const json& j) {
   return r;
 }
 
-double poly_lr(double base, int64_t step, int64_t total, int64_t warmup, double warmup_start, double power) {
-  if (warmup > 0 && step < warmup) {
-    const double a = static_cast<double>(step) / static_cast<double>(warmup);
-    return base * (warmup_start + (1.0 - warmup_start) * a);
+std::string TrainOptions::to_json_string(int indent) const { return to_json(*this).dump(indent); }
+
+void TrainOptions::apply_json_string(const std::string& text, const std::string& what) {
+  lightseg::apply_json(*this, parse_json(text, what));
+}
+
+void TrainOptions::apply_config_file(const std::string& path) {
+  const json j = read_json_file(path);
+  try {
+    if (!j.is_object()) throw std::invalid_argument("a config must be a JSON object");
+    if (!j.contains("network") && !j.contains("train")) {  // a bare network object
+      network = network_config_from_json(j);
+      return;
+    }
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.key() != "network" && it.key() != "train")
+        throw std::invalid_argument("unknown key '" + it.key() + "' (a config has \"network\" and \"train\")");
+    if (j.contains("network")) network = network_config_from_json(j.at("network"));
+    if (j.contains("train")) lightseg::apply_json(*this, j.at("train"));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(path + ": " + e.what());
   }
-  const double frac = total > 0 ? std::min(1.0, static_cast<double>(step) / static_cast<double>(total)) : 0.0;
-  return base * std::pow(1.0 - frac, power);
+}
+
+std::string EpochRecord::to_json_string() const { return to_json(*this).dump(); }
+
+EpochRecord EpochRecord::from_json_string(const std::string& text) {
+  try {
+    return epoch_record_from_json(parse_json(text, "epoch record"));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("epoch record: ") + e.what());
+  }
 }
 
 }  // namespace lightseg

@@ -2,9 +2,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "lightseg/image_io.h"
-#include "lightseg/palette.h"
-#include "lightseg/predictor.h"
+#include <lightseg/lightseg.h>  // the umbrella header: the whole public face
 
 int main(int argc, char** argv) {
   if (argc != 4) {

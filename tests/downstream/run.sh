@@ -8,10 +8,19 @@ src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-for f in include/lightseg/predictor.h include/lightseg/features.h lib/liblightseg_core.a \
+for f in include/lightseg/lightseg.h include/lightseg/features.h lib/liblightseg_core.a \
          lib/cmake/lightseg/lightsegConfig.cmake share/lightseg/models/camvid.lsw bin/lightseg; do
   [ -e "$tmp/prefix/$f" ] || { echo "downstream: $f is not installed" >&2; exit 1; }
 done
+# The public face: no installed header reaches for nlohmann-json, an internal header (src/) or
+# the process-wide hooks (the MAC counter, SyncBN, gradient sync); the package needs no nlohmann.
+if grep -rnE '#include *[<"](nlohmann/|core/|data/|infer/|train/|dist/|model/hooks|serve/http)|MacCounter|set_batchnorm_allreduce|GradientSync' \
+     "$tmp/prefix/include"; then
+  echo "downstream: an installed header exposes an internal (above)" >&2; exit 1
+fi
+if grep -q nlohmann "$tmp/prefix/lib/cmake/lightseg/"*.cmake; then
+  echo "downstream: the installed package depends on nlohmann-json" >&2; exit 1
+fi
 torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
 cmake -S "$src/tests/downstream" -B "$tmp/b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$tmp/prefix" ${torch_dir:+-DTorch_DIR="$torch_dir"} >/dev/null

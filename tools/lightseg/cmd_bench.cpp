@@ -10,9 +10,13 @@
 
 #include <torch/cuda.h>
 
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
 #include "args.h"
 #include "lightseg/engine.h"
-#include "lightseg/fused_network.h"
+#include "infer/fused_network.h"
 #include "lightseg/runtime.h"
 #include "lightseg/features.h"
 #include "lightseg/weights.h"
@@ -74,6 +78,9 @@ void add_bench(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("bench", "Measure inference speed (latency, FPS, achieved MAC/s vs peak)");
   add_options(sub, a, {Opt::Size, Opt::Batch, Opt::Threads, Opt::Iters, Opt::Weights, Opt::Config, Opt::Backend,
                        Opt::Device, Opt::Precision, Opt::Json});
+  static bool profile = false;
+  sub->add_flag("--profile", profile,
+                "Time every step of the plan and print the mean of each (onednn; also LIGHTSEG_PROFILE=1)");
   sub->callback([&a]() {
     const int threads = init_runtime(a.threads);
     auto [h, w] = parse_size(a.size);
@@ -104,6 +111,8 @@ void add_bench(CLI::App& app, Args& a) {
     eo.backend = a.backend;
     eo.device = device;
     eo.dtype = dtype;
+    const char* env = std::getenv("LIGHTSEG_PROFILE");
+    eo.profile = profile || (env && *env && std::string(env) != "0");
     auto engine = make_engine(net, meta, eo);
     const auto macs_per_image = static_cast<double>(fuse_network(net, meta).count_macs(h, w));
 
@@ -142,6 +151,11 @@ void add_bench(CLI::App& app, Args& a) {
     std::printf("speed:   %.1f FPS, %.1f images/s\n", fps, ips);
     std::printf("compute: %.3f GMACs/image, %.1f GMAC/s achieved; peak %.1f GMAC/s (dense 3x3 conv, same run): %.0f %%\n",
                 macs_per_image / 1e9, achieved / 1e9, peak / 1e9, 100.0 * achieved / peak);
+    if (eo.profile) {
+      const std::string steps = engine->profile();
+      std::fprintf(stderr, "%s", steps.empty() ? ("profile: the " + engine->backend() + " backend times no steps\n").c_str()
+                                              : steps.c_str());
+    }
     if (a.json) {
       nlohmann::ordered_json j;
       j["size"] = {h, w};

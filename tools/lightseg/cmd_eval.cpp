@@ -33,15 +33,11 @@ void add_eval(CLI::App& app, Args& a) {
     Network net = load_network(wpath, &meta);
     torch::Device dev(a.device);
     if (dev.is_cuda() && !torch::cuda::is_available()) throw std::runtime_error("--device cuda: no CUDA available");
-    net->to(dev);
-    to_channels_last(*net);
     auto data = SegDataset::open(a.dataset, a.data, a.split);
     ProgressLine line;
     EvalOptions eo;
-    eo.device = dev;
     // The training graph by default (the model card's figures); an inference backend on request.
-    eo.backend = a.backend == "auto" && a.precision == "fp32" ? "eager" : a.backend;
-    eo.dtype = precision_type(a.precision);
+    eo.engine = {a.backend == "auto" && a.precision == "fp32" ? "eager" : a.backend, dev, precision_type(a.precision)};
     eo.save_dir = save;
     eo.progress = [&](size_t i, size_t n) { line.update("eval " + std::to_string(i) + "/" + std::to_string(n)); };
     auto r = evaluate(net, meta, data, eo);
@@ -54,7 +50,7 @@ void add_eval(CLI::App& app, Args& a) {
       std::printf("%-16s %8s\n", r.class_names[c].c_str(),
                   std::isnan(iou[c]) ? "n/a" : std::to_string(iou[c]).substr(0, 6).c_str());
     std::printf("%-16s %8.4f\n%-16s %8.4f\n", "mIoU", r.miou(), "pixel acc", r.pixel_accuracy());
-    if (a.json) std::cout << r.to_json().dump() << std::endl;
+    if (a.json) std::cout << r.to_json_string() << std::endl;
   });
 }
 

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "args.h"
 #include "lightseg/network.h"
 #include "lightseg/engine.h"
@@ -37,7 +39,7 @@ void add_info(CLI::App& app, Args& a) {
       j["params"] = params;
       j["macs"] = macs;
       j["input"] = {h, w};
-      j["config"] = cfg.to_json();
+      j["config"] = nlohmann::json::parse(cfg.to_json_string());
       j["cpu_backends"] = available_backends(torch::kCPU);
       j["cpu_bf16"] = cpu_bf16_inference_available();
       j["modules"] = nlohmann::json::array();

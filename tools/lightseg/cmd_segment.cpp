@@ -14,6 +14,8 @@
 #include <set>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "args.h"
 #include "core/file_io.h"
 #include "lightseg/features.h"
@@ -405,9 +407,7 @@ void add_segment(CLI::App& app, Args& a) {
     init_runtime(a.threads);
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
-    po.device = a.device;
-    po.backend = a.backend;
-    po.dtype = precision_type(a.precision);
+    po.engine = {a.backend, torch::Device(a.device), precision_type(a.precision)};
     Predictor predictor(po);
     fs::create_directories(out);
 

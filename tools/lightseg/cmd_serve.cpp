@@ -65,9 +65,7 @@ void add_serve(CLI::App& app, Args& a) {
     const int threads = init_runtime(a.threads);
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
-    po.device = a.device;
-    po.backend = a.backend;
-    po.dtype = precision_type(a.precision);
+    po.engine = {a.backend, torch::Device(a.device), precision_type(a.precision)};
     // The same limit in the decoder, checked after its header and before any pixel is decoded
     // (the server checks the header first; the predictor holds whatever the decoder reads).
     po.max_pixels = s.max_pixels;

@@ -10,7 +10,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "lightseg/distributed.h"
@@ -29,21 +32,64 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
+// Every flag of `lightseg train` that sets a train option is a row here: the flag, the
+// TrainOptions key it sets (through TrainOptions::set, as --set KEY=VALUE would), its help.
+// The defaults shown come from TrainOptions itself, so they cannot drift from the library's.
+enum class Kind { Value, On, Off };  // Value: --flag VALUE; On/Off: --flag sets true/false
+struct TrainFlag {
+  const char* flag;
+  const char* key;
+  const char* help;
+  Kind kind = Kind::Value;
+};
+const TrainFlag kTrainFlags[] = {
+    {"--epochs", "epochs", "Epochs in total"},
+    {"--batch", "batch", "Batch size (per process)"},
+    {"--crop", "crop", "Training crop HxW"},
+    {"--lr", "lr", "Base learning rate"},
+    {"--weight-decay", "weight_decay", "Weight decay"},
+    {"--optimizer", "optimizer", "adam, adamw or sgd"},
+    {"--loss", "loss", "wce (class-weighted CE), ce or ohem"},
+    {"--aux-weight", "aux_weight",
+     "Deep supervision: weight of the auxiliary heads' losses on the two semantic branches (0: off; e.g. 0.4)"},
+    {"--ema-decay", "ema_decay",
+     "Keep an EMA of the weights with this decay, scored and saved instead of the raw ones (0: off; e.g. 0.999)"},
+    {"--val-every", "val_every", "Evaluate on the val split every N epochs (0: never)"},
+    {"--train-split", "train_split", "Split(s) to train on: one name, several joined by commas, or trainval (= train,val)"},
+    {"--val-split", "val_split", "Split scored every --val-every epochs"},
+    {"--seed", "seed", "Random seed"},
+    {"--workers", "workers", "Data-loading threads"},
+    {"--max-iters", "max_iters", "Cap iterations per epoch (smoke tests; 0: none)"},
+    {"--init-weights", "init_weights", "Start from these weights (fine-tuning)"},
+    {"--sync-bn", "sync_bn", "Synchronise BatchNorm statistics across ranks (SyncBN)", Kind::On},
+    {"--verify-sync", "verify_sync", "Check after every step that all ranks hold identical weights", Kind::On},
+    {"--no-overlap", "overlap_allreduce", "All-reduce gradients after backward instead of during it", Kind::Off},
+};
+
+// What the flags hold until the callback applies them, in the order of kTrainFlags.
 struct TrainArgs {
-  int epochs = 500, batch = 8, val_every = 1, workers = 2;
-  std::string crop = "360x480", optimizer = "adam", loss = "wce", init_weights;
-  std::string train_split = "train", val_split = "val";
+  std::vector<std::string> values = std::vector<std::string>(std::size(kTrainFlags));
+  bool switches[std::size(kTrainFlags)] = {};
+  std::vector<CLI::Option*> options = std::vector<CLI::Option*>(std::size(kTrainFlags));
   std::vector<std::string> overrides;  // --set KEY=VALUE
-  double lr = 1e-3, weight_decay = 2e-4, time_limit = 0, aux_weight = 0, ema_decay = 0;
-  uint64_t seed = 1;
+  double time_limit = 0;               // not a stored option: each invocation sets its own
   bool resume = false;
-  int64_t max_iters = 0;
-  // distributed
+  // distributed: where this process is (the launcher's business, not the run's)
   int nproc = 0, rank = -1, world = -1, local_rank = -1, master_port = -1;
   std::string master_addr;
-  bool sync_bn = false, no_overlap = false, verify_sync = false;
   double dist_timeout = 300;
 };
+
+// KEY=VALUE for TrainOptions::set: VALUE as JSON of the key's type (a string option gets a
+// JSON string, so "--train-split 1" is the split named "1"; "--crop 360x480" is [360, 480]).
+std::string assignment(const TrainFlag& f, const std::string& value, const nlohmann::json& defaults) {
+  if (std::string(f.key) == "crop") {
+    auto [h, w] = parse_size(value);
+    return "crop=[" + std::to_string(h) + "," + std::to_string(w) + "]";
+  }
+  const nlohmann::json& d = defaults.at(f.key);
+  return std::string(f.key) + "=" + (d.is_string() ? nlohmann::json(value).dump() : value);
+}
 
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -113,35 +159,24 @@ int spawn_local_workers(int n, int threads_total, int argc, char** argv) {
 
 void add_train(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("train", "Train the network (CamVid, Cityscapes or a list dataset)");
-  add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Config, Opt::Device, Opt::Threads});
+  add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Config, Opt::Device, Opt::Threads, Opt::Out, Opt::Precision});
+  sub->get_option("--out")->required()->description("Run folder (checkpoints, log.jsonl, curve.svg)");
+  sub->get_option("--precision")
+      ->description("fp32, or bf16: bf16 autocast (CUDA: on by default; CPU: worth it with AVX512-BF16/AMX)");
   static TrainArgs t;
-  auto* o_prec = sub->add_option("--precision", a.precision,
-                                 "fp32, or bf16: bf16 autocast (CUDA: on by default; CPU: worth it with AVX512-BF16/AMX)")
-                     ->check(CLI::IsMember({"fp32", "bf16"}));
-  sub->add_option("--out", a.out, "Run folder (checkpoints, log.jsonl, curve.svg)")->required();
-  auto* o_epochs = sub->add_option("--epochs", t.epochs, "Epochs in total")->capture_default_str();
-  auto* o_batch = sub->add_option("--batch", t.batch, "Batch size (per process)")->capture_default_str();
-  auto* o_crop = sub->add_option("--crop", t.crop, "Training crop HxW")->capture_default_str();
-  auto* o_lr = sub->add_option("--lr", t.lr, "Base learning rate")->capture_default_str();
-  auto* o_wd = sub->add_option("--weight-decay", t.weight_decay, "Weight decay")->capture_default_str();
-  auto* o_opt = sub->add_option("--optimizer", t.optimizer, "adam, adamw or sgd")->capture_default_str();
-  auto* o_loss = sub->add_option("--loss", t.loss, "wce (class-weighted CE), ce or ohem")->capture_default_str();
-  auto* o_aux = sub->add_option("--aux-weight", t.aux_weight,
-                                "Deep supervision: weight of the auxiliary heads' losses on the two semantic branches (0: off; e.g. 0.4)")
-                    ->check(CLI::NonNegativeNumber);
-  auto* o_ema = sub->add_option("--ema-decay", t.ema_decay,
-                                "Keep an EMA of the weights with this decay, scored and saved instead of the raw ones (0: off; e.g. 0.999)");
-  auto* o_tl = sub->add_option("--time-limit", t.time_limit, "Stop cleanly (checkpoint written) after this many minutes");
-  sub->add_flag("--resume", t.resume, "Continue the run in --out where it stopped");
-  auto* o_ve = sub->add_option("--val-every", t.val_every, "Evaluate on the val split every N epochs (0: never)")->capture_default_str();
-  auto* o_ts = sub->add_option("--train-split", t.train_split,
-                               "Split(s) to train on: one name, several joined by commas, or trainval (= train,val)")
-                   ->capture_default_str();
-  auto* o_vs = sub->add_option("--val-split", t.val_split, "Split scored every --val-every epochs")->capture_default_str();
-  auto* o_seed = sub->add_option("--seed", t.seed, "Random seed")->capture_default_str();
-  auto* o_workers = sub->add_option("--workers", t.workers, "Data-loading threads")->capture_default_str();
-  auto* o_mi = sub->add_option("--max-iters", t.max_iters, "Cap iterations per epoch (smoke tests)");
-  auto* o_init = sub->add_option("--init-weights", t.init_weights, "Start from these weights (fine-tuning)");
+  const nlohmann::json defaults = nlohmann::json::parse(TrainOptions{}.to_json_string());
+  for (size_t i = 0; i < std::size(kTrainFlags); ++i) {
+    const TrainFlag& f = kTrainFlags[i];
+    if (f.kind == Kind::Value) {
+      const nlohmann::json& d = defaults.at(f.key);
+      std::string shown = d.is_string() ? d.get<std::string>() : d.dump();
+      if (std::string(f.key) == "crop") shown = d[0].dump() + "x" + d[1].dump();
+      const char* type = d.is_number_integer() ? "INT" : d.is_number() ? "FLOAT" : std::string(f.key) == "crop" ? "HxW" : "TEXT";
+      t.options[i] = sub->add_option(f.flag, t.values[i], f.help)->default_str(shown)->type_name(type);
+    }
+  }
+  sub->add_option("--time-limit", t.time_limit, "Stop cleanly (checkpoint written) after this many minutes");
+  sub->add_flag("--resume", t.resume, "Continue the run in --out where it stopped (its stored options are the defaults)");
   sub->add_option("--set", t.overrides,
                   "Override any option of the config: KEY=VALUE, e.g. --set lr=5e-4 --set network.c0=16 "
                   "--set network.stage2.dilations=[2,4,8,8,16,16] (VALUE is JSON or a word); after --config, "
@@ -154,12 +189,13 @@ void add_train(CLI::App& app, Args& a) {
   dist->add_option("--local-rank", t.local_rank, "Rank on this machine (LOCAL_RANK; selects the GPU)");
   dist->add_option("--master-addr", t.master_addr, "Rendezvous host (MASTER_ADDR)");
   dist->add_option("--master-port", t.master_port, "Rendezvous port (MASTER_PORT)");
-  dist->add_flag("--sync-bn", t.sync_bn, "Synchronise BatchNorm statistics across ranks (SyncBN)");
-  dist->add_flag("--verify-sync", t.verify_sync, "Check after every step that all ranks hold identical weights");
-  dist->add_flag("--no-overlap", t.no_overlap, "All-reduce gradients after backward instead of during it");
+  for (size_t i = 0; i < std::size(kTrainFlags); ++i)
+    if (kTrainFlags[i].kind != Kind::Value) t.options[i] = dist->add_flag(kTrainFlags[i].flag, t.switches[i], kTrainFlags[i].help);
   dist->add_option("--dist-timeout", t.dist_timeout, "Seconds before a rank gives up on a dead or stuck peer")->capture_default_str();
-  sub->callback([&a, sub, o_epochs, o_batch, o_crop, o_lr, o_wd, o_opt, o_loss, o_tl, o_ve, o_seed, o_workers, o_mi, o_init,
-                 o_prec, o_ts, o_vs, o_aux, o_ema]() {
+  sub->callback([&a, sub]() {
+    if (a.precision != "fp32" && a.precision != "bf16")
+      throw std::invalid_argument("train --precision must be fp32 or bf16 (fp16 would need loss scaling), got '" +
+                                  a.precision + "'");
     if (t.nproc > 1) {
       const int total = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
       if (spawn_local_workers(t.nproc, total, g_argc, g_argv) != 0) throw std::runtime_error("distributed training failed");
@@ -173,56 +209,39 @@ void add_train(CLI::App& app, Args& a) {
     if (t.master_port > 0) dc.master_port = t.master_port;
     dc.timeout = std::chrono::milliseconds(static_cast<int64_t>(t.dist_timeout * 1000));
     const int threads = init_runtime(a.threads);
+    // Precedence: the checkpoint's options (--resume), then --config, then --set, then flags.
     TrainOptions o;
     const std::string last = (std::filesystem::path(a.out) / "last.lsw").string();
-    if (t.resume && std::filesystem::exists(last)) {
-      auto w = read_weights(last);
-      if (w.extra.contains("train") && w.extra["train"].contains("options")) o.apply_json(w.extra["train"]["options"]);
-    }
-    if (!a.config.empty()) {
-      auto j = read_json_file(a.config);
-      o.network = NetworkConfig::from_json(j);
-      if (j.contains("train")) o.apply_json(j.at("train"));
-    }
+    if (t.resume && std::filesystem::exists(last))
+      if (auto state = train_state(read_weights(last))) o = state->options;
+    if (!a.config.empty()) o.apply_config_file(a.config);
     for (const auto& kv : t.overrides) o.set(kv);
+    const nlohmann::json defaults = nlohmann::json::parse(TrainOptions{}.to_json_string());
+    for (size_t i = 0; i < std::size(kTrainFlags); ++i) {
+      const TrainFlag& f = kTrainFlags[i];
+      if (!t.options[i]->count()) continue;
+      if (f.kind == Kind::Value) o.set(assignment(f, t.values[i], defaults));
+      else o.set(std::string(f.key) + (f.kind == Kind::On ? "=true" : "=false"));
+    }
     o.data = a.data;
     o.out_dir = a.out;
     if (sub->count("--dataset") || o.dataset.empty()) o.dataset = a.dataset;
-    if (sub->count("--device")) o.device = a.device;
-    if (o_epochs->count()) o.epochs = t.epochs;
-    if (o_batch->count()) o.batch = t.batch;
-    if (o_crop->count()) std::tie(o.crop_h, o.crop_w) = parse_size(t.crop);
-    if (o_lr->count()) o.lr = t.lr;
-    if (o_wd->count()) o.weight_decay = t.weight_decay;
-    if (o_opt->count()) o.optimizer = t.optimizer;
-    if (o_loss->count()) o.loss = t.loss;
-    if (o_aux->count()) o.aux_weight = t.aux_weight;
-    if (o_ema->count()) o.ema_decay = t.ema_decay;
-    o.time_limit_min = o_tl->count() ? t.time_limit : 0;
-    if (o_ve->count()) o.val_every = t.val_every;
-    if (o_ts->count()) o.train_split = t.train_split;
-    if (o_vs->count()) o.val_split = t.val_split;
+    if (sub->count("--device")) o.device = torch::Device(a.device);
+    if (sub->count("--precision")) o.amp = o.amp_cpu = a.precision == "bf16";
+    o.time_limit_min = t.time_limit;
+    o.resume = t.resume;
+    o.rank = dc.rank;
+    o.world = dc.world;
     if (o.val_every > 0) {
       std::string ts = "," + (o.train_split == "trainval" ? std::string("train,val") : o.train_split) + ",";
       if (ts.find("," + o.val_split + ",") != std::string::npos)
         std::fprintf(stderr, "note: the val split '%s' is also trained on: its mIoU is not a held-out score "
                              "(--val-every 0 to skip it)\n", o.val_split.c_str());
     }
-    if (o_seed->count()) o.seed = t.seed;
-    if (o_workers->count()) o.workers = t.workers;
-    if (o_mi->count()) o.max_iters = t.max_iters;
-    if (o_init->count()) o.init_weights = t.init_weights;
-    if (o_prec->count()) o.amp = o.amp_cpu = a.precision == "bf16";
-    o.resume = t.resume;
-    o.rank = dc.rank;
-    o.world = dc.world;
-    if (t.sync_bn) o.sync_bn = true;
-    if (t.no_overlap) o.overlap_allreduce = false;
-    if (t.verify_sync) o.verify_sync = true;
     std::shared_ptr<Collective> col;
     if (dc.enabled()) {
-      if (o.device == "cuda") o.device = "cuda:" + std::to_string(dc.local_rank);
-      col = Collective::create(dc, torch::Device(o.device));
+      if (o.device.is_cuda() && !o.device.has_index()) o.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(dc.local_rank));
+      col = Collective::create(dc, o.device);
     }
 
     std::signal(SIGINT, on_signal);

@@ -1,21 +1,13 @@
 // Building blocks shared by every part of the network: CBA = Conv → BatchNorm → PReLU
-// (docs/NETWORK.md notation), and the convolution MAC counter used by `lightseg info`.
+// (docs/NETWORK.md notation). The process-wide hooks (MAC counter, SyncBN) are in src/model/hooks.h.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <functional>
 
 #include <torch/torch.h>
 
 namespace lightseg::model {
-
-// Counts multiply-accumulates of every convolution run through conv() on this thread
-// while enabled: (k_h·k_w·C_in/groups) per output element.
-struct MacCounter {
-  static bool& enabled();
-  static uint64_t& total();
-};
 
 struct ConvSpec {
   int64_t in = 0, out = 0;
@@ -40,13 +32,7 @@ struct ConvSpec {
 
 torch::nn::Conv2d make_conv(const ConvSpec& s);
 
-// SyncBN hook: when set, BNAct in training mode sums its batch statistics (forward) and
-// its gradient sums (backward) over all ranks with this function (an in-place all-reduce).
-using AllReduceFn = std::function<void(torch::Tensor&)>;
-void set_batchnorm_allreduce(AllReduceFn fn);
-// Batch normalisation in training mode with statistics reduced through `reduce`.
-torch::Tensor sync_batch_norm(const torch::Tensor& x, torch::nn::BatchNorm2d& bn, const AllReduceFn& reduce);
-// Runs a convolution and counts its MACs when MacCounter is enabled.
+// Runs a convolution (and counts its MACs while the MAC counter of src/model/hooks.h is on).
 torch::Tensor conv(const torch::nn::Conv2d& c, const torch::Tensor& x);
 
 // PReLU with one slope per channel: x > 0 ? x : slope_c · x. On the CPU (float32 or

@@ -1,0 +1,148 @@
+#include "train/step.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+#include "train/losses.h"
+
+namespace lightseg {
+
+void set_autocast(at::DeviceType type, bool on) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_dtype(type, at::kBFloat16);
+  at::autocast::set_autocast_enabled(type, on);
+#else
+  if (type == at::kCUDA) {
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(on);
+  }
+#endif
+  if (!on) at::autocast::clear_cache();
+}
+
+BufferSnapshot::BufferSnapshot(const std::vector<torch::Tensor>& buffers) {
+  for (const auto& b : buffers) buffers_[b.scalar_type()].push_back(b);
+}
+
+void BufferSnapshot::save() {
+  torch::NoGradGuard ng;
+  for (auto& [type, bs] : buffers_) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& b : bs) flat.push_back(b.detach().reshape({-1}));
+    saved_[type] = torch::cat(flat);
+  }
+}
+
+void BufferSnapshot::restore() {
+  torch::NoGradGuard ng;
+  for (auto& [type, bs] : buffers_) {
+    int64_t off = 0;
+    for (auto& b : bs) {
+      b.copy_(saved_[type].narrow(0, off, b.numel()).view(b.sizes()));
+      off += b.numel();
+    }
+  }
+}
+
+namespace {
+std::vector<torch::Tensor> all_buffers(Network& net, const AuxHeads& aux) {
+  auto bs = net->buffers();
+  if (aux)
+    for (const auto& b : aux->buffers()) bs.push_back(b);
+  return bs;
+}
+}  // namespace
+
+TrainStep::TrainStep(StepParts parts) : p_(std::move(parts)), buffers_(all_buffers(p_.net, p_.aux)) {}
+
+torch::Tensor TrainStep::criterion(const torch::Tensor& z, const torch::Tensor& y) const {
+  return p_.o.loss == "ohem" ? ohem_cross_entropy(z, y, p_.o.ohem_thresh, p_.o.ohem_min_kept, p_.class_weight)
+                             : weighted_cross_entropy(z, y, p_.class_weight);
+}
+
+// The heads' gradients are not in GradientSync's buckets: they are averaged here.
+void TrainStep::average_aux_gradients() {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> gs, parts;
+  for (auto& p : p_.aux->parameters())
+    if (p.grad().defined()) gs.push_back(p.grad());
+  for (auto& g : gs) parts.push_back(g.reshape(-1));
+  if (parts.empty()) return;
+  auto flat = torch::cat(parts);
+  p_.col->allreduce_sum(flat);
+  flat.div_(p_.col->world());
+  int64_t off = 0;
+  for (auto& g : gs) {
+    g.copy_(flat.narrow(0, off, g.numel()).view(g.sizes()));
+    off += g.numel();
+  }
+}
+
+// The loss and every gradient finite, on all ranks (they skip together).
+bool TrainStep::all_finite(const torch::Tensor& loss) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : p_.net->parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (p_.aux)
+    for (const auto& p : p_.aux->parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  torch::Tensor sum = loss.detach().to(torch::kFloat32).reshape({});
+  if (!grads.empty()) sum = sum + torch::stack(at::_foreach_norm(grads)).sum().to(torch::kFloat32);
+  if (!p_.col) return std::isfinite(sum.item<double>());
+  auto t = torch::tensor({std::isfinite(sum.item<double>()) ? 0.0 : 1.0}, torch::kDouble);
+  p_.col->allreduce_sum(t);
+  return t.item<double>() == 0;
+}
+
+StepResult TrainStep::run(const torch::Tensor& x, const torch::Tensor& y) {
+  buffers_.save();
+  torch::Tensor logits, aux1, aux2;
+  {
+    const bool amp = p_.device.is_cuda() ? p_.o.amp : p_.o.amp_cpu;
+    if (amp) set_autocast(p_.device.type(), true);
+    if (p_.aux) {  // one pass; the heads read the semantic branches' outputs M1, M2
+      auto b = p_.net->forward_with_branches(x);
+      logits = b.logits;
+      std::tie(aux1, aux2) = p_.aux->forward(b.M1, b.M2, y.size(1), y.size(2));
+    } else {
+      logits = p_.net->forward(x);
+    }
+    if (amp) {
+      set_autocast(p_.device.type(), false);
+      logits = logits.to(torch::kFloat32);
+      if (p_.aux) {
+        aux1 = aux1.to(torch::kFloat32);
+        aux2 = aux2.to(torch::kFloat32);
+      }
+    }
+  }
+  // `loss` is what is optimised; the main output's loss alone is reported, comparable
+  // between runs with and without the auxiliary heads.
+  torch::Tensor main_loss = criterion(logits, y);
+  torch::Tensor loss = p_.aux ? main_loss + p_.o.aux_weight * (criterion(aux1, y) + criterion(aux2, y)) : main_loss;
+  p_.opt.zero_grad();
+  if (p_.grad_sync) p_.grad_sync->begin();
+  loss.backward();
+  if (p_.grad_sync) p_.grad_sync->finish();
+  if (p_.col && p_.aux) average_aux_gradients();
+  if (p_.after_backward) p_.after_backward(p_.net);
+  StepResult r;
+  r.finite = all_finite(loss);
+  if (r.finite) {
+    p_.opt.step();
+    if (p_.ema) p_.ema->update();
+  } else {
+    buffers_.restore();
+    p_.opt.zero_grad();
+  }
+  r.loss = main_loss.item<double>();
+  return r;
+}
+
+}  // namespace lightseg
