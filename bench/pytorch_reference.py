@@ -279,6 +279,13 @@ def bench_inference(net, args, mean, std):
     if args.save_logits:
         import numpy as np
         np.save(args.save_logits, out.contiguous().numpy())
+    if args.labels:
+        with open(args.labels[0], "rb") as f:
+            img = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).view(1, 3, h, w)
+        with torch.no_grad():
+            labels = net(((img - mean) / std).contiguous(memory_format=torch.channels_last)).argmax(1)
+        with open(args.labels[1], "wb") as f:
+            f.write(labels.to(torch.uint8).contiguous().numpy().tobytes())
     p50 = statistics.median(times)
     r = {"size": [h, w], "batch": args.batch, "threads": torch.get_num_threads(), "p50_ms": round(p50, 3),
          "p90_ms": round(percentile(times, 0.9), 3), "p99_ms": round(percentile(times, 0.99), 3),
@@ -333,6 +340,8 @@ def main():
     ap.add_argument("--config", help="configuration JSON (lightseg format)")
     ap.add_argument("--weights", help="lightseg weights file (.lsw) to load")
     ap.add_argument("--save-logits", help="write the last logits as .npy (numpy needed)")
+    ap.add_argument("--labels", nargs=2, metavar=("INPUT.f32", "LABELS.u8"),
+                    help="also run INPUT (float32 1x3xHxW, RGB 0..255) and write its argmax labels (HxW uint8)")
     ap.add_argument("--train", action="store_true", help="measure training images/s instead")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args()

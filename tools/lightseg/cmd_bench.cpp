@@ -17,6 +17,7 @@
 #include "args.h"
 #include "lightseg/engine.h"
 #include "infer/fused_network.h"
+#include "infer/onednn_engine.h"
 #include "lightseg/runtime.h"
 #include "lightseg/features.h"
 #include "lightseg/weights.h"
@@ -145,6 +146,7 @@ void add_bench(CLI::App& app, Args& a) {
                 engine->backend().c_str(), device.is_cuda() ? "cuda" : "cpu", dev_name.c_str(), threads, a.batch,
                 static_cast<long long>(h), static_cast<long long>(w), a.iters, warmup);
     std::printf("weights: %s, %s\n", source.c_str(), c10::toString(dtype));
+    if (engine->backend().rfind("onednn", 0) == 0) std::printf("plans:   %s\n", onednn_plan_description().c_str());
     std::printf("latency: median %.2f ms, p90 %.2f ms, p99 %.2f ms, best %.2f ms (per call of %d image%s)\n", p50, p90,
                 p99, best, a.batch,
                 a.batch == 1 ? "" : "s");
@@ -166,6 +168,7 @@ void add_bench(CLI::App& app, Args& a) {
       j["p99_ms"] = round3(p99);
       j["fps"] = round3(fps);
       j["backend"] = engine->backend();
+      if (engine->backend().rfind("onednn", 0) == 0) j["plans"] = onednn_plan_description();
       j["min_ms"] = round3(best);
       j["images_per_s"] = round3(ips);
       j["device"] = dev_name;

@@ -9,6 +9,7 @@
 #include "lightseg/engine.h"
 #include "lightseg/runtime.h"
 #include "lightseg/weights.h"
+#include "infer/onednn_engine.h"
 
 namespace lightseg::cli {
 
@@ -42,6 +43,7 @@ void add_info(CLI::App& app, Args& a) {
       j["config"] = nlohmann::json::parse(cfg.to_json_string());
       j["cpu_backends"] = available_backends(torch::kCPU);
       j["cpu_bf16"] = cpu_bf16_inference_available();
+      j["onednn_plans"] = onednn_plan_description();
       j["modules"] = nlohmann::json::array();
       for (const auto& r : rows)
         j["modules"].push_back({{"name", r.name}, {"claim", r.claim}, {"out", r.out},
@@ -62,6 +64,7 @@ void add_info(CLI::App& app, Args& a) {
     for (const auto& b : available_backends(torch::kCPU)) backends += (backends.empty() ? "" : ", ") + b;
     std::printf("CPU inference backends (fastest first): %s; --precision bf16: %s\n", backends.c_str(),
                 cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)");
+    if (onednn_available()) std::printf("onednn: %s\n", onednn_plan_description().c_str());
   });
 }
 

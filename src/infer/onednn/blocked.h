@@ -1,0 +1,23 @@
+// The onednn backend's two plan widths and what they share (internal; see onednn_engine.cpp).
+#pragma once
+
+#include <memory>
+
+#include "infer/onednn_engine.h"
+
+namespace lightseg::onednn {
+
+// Whether the AVX-512 forms of the kernels that have a portable twin run (16-channel plans):
+// the CPU has AVX-512F and the tests have not switched them off (onednn_use_avx512_kernels).
+bool avx512_kernels();
+
+// An engine whose plans keep activations in nChw16c (b16: oneDNN's avx512_core kernels; the
+// only width with bf16 plans) or nChw8c (b8: its avx2 and sse41 kernels).
+namespace b16 {
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile);
+}
+namespace b8 {
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile);
+}
+
+}  // namespace lightseg::onednn
