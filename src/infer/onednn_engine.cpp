@@ -85,6 +85,9 @@ bool onednn_bf16_available() {
 }
 
 int onednn_plan_block() {
+#if !defined(__x86_64__)
+  return 0;  // the plans' layouts are those of oneDNN's x86 kernels (elsewhere: reference ones)
+#endif
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   auto has = [isa](dnnl::cpu_isa need) { return (isa & static_cast<unsigned>(need)) == static_cast<unsigned>(need); };
   if (has(dnnl::cpu_isa::avx512_core)) return 16;

@@ -1,0 +1,57 @@
+// The engine: one plan per input shape (up to 4), built on first use.
+// Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
+// standalone header; it sees what the files before it in plan_impl.h define.
+
+class Engine : public InferenceEngine {
+ public:
+  Engine(const FusedNetwork& f, bool bf16, bool profile)
+      : f_(to(f, torch::kCPU)), bf16_(bf16), profile_(profile), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+    if (bf16_) {
+      if (!onednn_bf16_available())
+        throw std::invalid_argument(
+            "bf16 inference on the CPU needs AVX512-BF16 or AMX instructions, which this CPU does not have "
+            "(use fp32)");
+    }
+    for (auto& op : f_.ops)  // the plans read plain OIHW weights
+      if (op.weight.defined()) op.weight = op.weight.contiguous();
+  }
+  torch::Tensor logits(const torch::Tensor& images) override { return call(images, false); }
+  torch::Tensor labels(const torch::Tensor& images) override { return call(images, true); }
+  torch::Tensor call(const torch::Tensor& images, bool labels) {
+    if (images.dim() != 4 || images.size(1) != f_.channels[f_.input])
+      throw std::invalid_argument("network input must be N×3×H×W, got " + c10::str(images.sizes()));
+    if (images.size(2) < 32 || images.size(3) < 32)
+      throw std::invalid_argument("network input must be at least 32×32, got " + std::to_string(images.size(2)) +
+                                  "×" + std::to_string(images.size(3)));
+    c10::InferenceMode guard;
+    auto x = images.to(torch::kCPU, torch::kFloat32).contiguous();
+    const auto key = std::make_tuple(x.size(0), x.size(2), x.size(3));
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      if (plans_.size() >= 4) plans_.clear();  // a few shapes at a time (each holds its buffers)
+      it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_)).first;
+      it->second->set_profiling(profile_);
+    }
+    return labels ? it->second->labels(x, strm_) : it->second->run(x, strm_);
+  }
+  std::string backend() const override { return bf16_ ? "onednn-bf16" : "onednn"; }
+  torch::Device device() const override { return torch::kCPU; }
+  std::string profile() const override {
+    std::string r;
+    for (const auto& [key, plan] : plans_) r += plan->report();
+    return r;
+  }
+
+ private:
+  FusedNetwork f_;
+  bool bf16_, profile_;
+  dnnl::engine eng_;
+  dnnl::stream strm_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile) {
+  if (bf16 && kBlock != 16)
+    throw std::invalid_argument("bf16 inference on the CPU needs 16-channel plans (AVX512-BF16 or AMX)");
+  return std::make_unique<Engine>(f, bf16, profile);
+}
