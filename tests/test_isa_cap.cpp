@@ -90,3 +90,30 @@ TEST(IsaCap, BelowAvx2AutoSegmentsWithFusedAndOnednnSaysWhy) {
   EXPECT_FALSE(fs::exists(dir / "forced" / "0016E5_07959.png"));
   fs::remove_all(dir);
 }
+
+// LIGHTSEG_MAX_ISA, the project's own cap: it lowers the plans (and oneDNN with them), and an
+// unknown level is a clear error.
+TEST(IsaCap, LightsegMaxIsaCapsThePlansAndRefusesUnknownLevels) {
+  if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build: nothing to cap";
+  auto dir = fixtures::temp_dir("isacap_own");
+  auto with = [&](const std::string& level, const std::vector<std::string>& args) {
+    ::setenv("LIGHTSEG_MAX_ISA", level.c_str(), 1);
+    auto r = fixtures::run_cli(args, dir);
+    ::unsetenv("LIGHTSEG_MAX_ISA");
+    return r;
+  };
+  auto generic = with("generic", {"info", "--json"});
+  ASSERT_EQ(generic.code, 0) << generic.err;
+  EXPECT_EQ(generic.out.find("\"onednn\""), std::string::npos) << generic.out;  // auto is fused there
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    auto avx2 = with("avx2", {"info", "--json"});
+    ASSERT_EQ(avx2.code, 0) << avx2.err;
+    EXPECT_NE(avx2.out.find("nChw8c plans on oneDNN's avx2 kernels"), std::string::npos) << avx2.out;
+    auto bf16 = with("avx2", {"bench", "--size", "64x64", "--iters", "1", "--precision", "bf16"});
+    EXPECT_NE(bf16.code, 0);
+  }
+  auto bad = with("avx9000", {"info"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("LIGHTSEG_MAX_ISA must be generic, avx2, avx512 or avx512_bf16"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
+}

@@ -7,6 +7,9 @@ namespace lightseg {
 //   otherwise go back to the OS every iteration and make training 5–30× slower;
 // - LibTorch intra-op threads: `threads` if > 0, else OMP_NUM_THREADS if set, else the
 //   number of cores (LibTorch's default of 1 thread wastes the machine).
+// - LIGHTSEG_MAX_ISA=generic|avx2|avx512|avx512_bf16 (if set): the instruction-set cap of
+//   lightseg's kernels and of oneDNN (passed on as ONEDNN_MAX_CPU_ISA unless that is set);
+//   an unknown value throws std::invalid_argument.
 // Returns the thread count in effect.
 int init_runtime(int threads = 0);
 

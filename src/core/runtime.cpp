@@ -8,9 +8,12 @@
 
 #include <torch/torch.h>
 
+#include "core/isa.h"
+
 namespace lightseg {
 
 int init_runtime(int threads) {
+  apply_isa_cap_to_onednn();  // before oneDNN's first use (it reads its variable then)
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   int n = threads;

@@ -39,6 +39,7 @@
 #include <atomic>
 #include <string>
 
+#include "core/isa.h"
 #include "lightseg/features.h"
 
 #if LIGHTSEG_HAVE_DNNL
@@ -71,7 +72,7 @@ void onednn_use_avx512_kernels(bool on) { g_avx512_kernels.store(on, std::memory
 namespace onednn {
 bool avx512_kernels() {
 #if defined(__GNUC__) && defined(__x86_64__)
-  static const bool cpu = __builtin_cpu_supports("avx512f");
+  static const bool cpu = __builtin_cpu_supports("avx512f") && max_isa_level() >= IsaLevel::Avx512;
   return cpu && g_avx512_kernels.load(std::memory_order_relaxed);
 #else
   return false;
@@ -81,7 +82,8 @@ bool avx512_kernels() {
 
 bool onednn_bf16_available() {
   const auto isa = dnnl::get_effective_cpu_isa();
-  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  return (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx) &&
+         max_isa_level() >= IsaLevel::Avx512Bf16 && onednn_plan_block() == 16;
 }
 
 int onednn_plan_block() {
@@ -90,8 +92,9 @@ int onednn_plan_block() {
 #endif
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   auto has = [isa](dnnl::cpu_isa need) { return (isa & static_cast<unsigned>(need)) == static_cast<unsigned>(need); };
-  if (has(dnnl::cpu_isa::avx512_core)) return 16;
-  if (has(dnnl::cpu_isa::avx2)) return 8;
+  const IsaLevel cap = max_isa_level();  // LIGHTSEG_MAX_ISA, even where oneDNN was used before it was read
+  if (has(dnnl::cpu_isa::avx512_core) && cap >= IsaLevel::Avx512) return 16;
+  if (has(dnnl::cpu_isa::avx2) && cap >= IsaLevel::Avx2) return 8;
   return 0;
 }
 
@@ -115,11 +118,16 @@ std::string onednn_unsuitable_reason() {
   // reference ones (84 s for one 360×480 image on an AVX2 EPYC with nChw16c plans, against
   // ~55 ms for the fused backend). Below AVX2 the plans are not offered.
   if (onednn_plan_block() > 0) return "";
-  return "the onednn backend's plans need oneDNN's AVX2 or AVX-512 kernels; on this CPU (or under "
-         "ONEDNN_MAX_CPU_ISA) oneDNN has SSE4.1 or less, where its reference kernels would run";
+  return std::string("the onednn backend's plans need oneDNN's AVX2 or AVX-512 kernels; ") +
+         (max_isa_level() == IsaLevel::Generic ? "LIGHTSEG_MAX_ISA=generic leaves neither"
+                                               : "on this CPU (or under ONEDNN_MAX_CPU_ISA) oneDNN has SSE4.1 or less, where "
+                                                 "its reference kernels would run");
 }
 
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16, bool profile) {
+  if (bf16 && max_isa_level() < IsaLevel::Avx512Bf16)
+    throw std::invalid_argument(std::string("bf16 inference: LIGHTSEG_MAX_ISA=") + isa_level_name(max_isa_level()) +
+                                " excludes AVX512-BF16");
   if (std::string why = onednn_unsuitable_reason(); !why.empty()) throw BackendUnsuitable(why + ": use the fused backend");
   return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, profile)
                                    : onednn::b8::make_blocked_engine(f, bf16, profile);
