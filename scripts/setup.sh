@@ -23,6 +23,7 @@ PACKAGES=(
   iproute2                          # `ip netns`: the two-machine distributed test
   python3                           # scripts/check_main_job.py and the test helpers
   clang libclang-rt-14-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; omp.h for clang): scripts/fuzz.sh
+  qemu-user                         # an emulated AVX2 CPU (Haswell) for the test of the non-AVX-512 path
 )
 # node runs the web page test, npm installs its one package: Debian's unless already present
 # (NodeSource's nodejs bundles npm and conflicts with Debian's npm package).

@@ -5,6 +5,8 @@
 // `auto` must not pick it there, and asking for it must be a clear error, not a slow run.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -115,5 +117,34 @@ TEST(IsaCap, LightsegMaxIsaCapsThePlansAndRefusesUnknownLevels) {
   auto bad = with("avx9000", {"info"});
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("LIGHTSEG_MAX_ISA must be generic, avx2, avx512 or avx512_bf16"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
+}
+
+// A real CPU without AVX-512: the main job under QEMU's Haswell model (AVX2 + FMA; QEMU 7.2
+// emulates them), where any AVX-512 instruction outside the paths chosen for this CPU would
+// stop the process (SIGILL). It must run the 8-channel plans and give the native labels.
+TEST(IsaCap, OnAnEmulatedAvx2CpuTheMainJobRunsAndGivesTheNativeLabels) {
+  if (std::system("command -v qemu-x86_64 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "qemu-x86_64 (Debian's qemu-user) is not installed";
+  auto dir = fixtures::temp_dir("isacap_qemu");
+  const std::string cmd = "OMP_NUM_THREADS=2 timeout -k 5 600 qemu-x86_64 -cpu Haswell " +
+                          fixtures::shell_quote(LIGHTSEG_CLI) + " ";
+  auto run = [&](const std::string& args, const fs::path& out) {
+    return std::system((cmd + args + " >" + fixtures::shell_quote(out.string()) + " 2>&1").c_str());
+  };
+  ASSERT_EQ(run("info --json", dir / "info.txt"), 0);
+  std::ifstream info(dir / "info.txt");
+  const std::string text((std::istreambuf_iterator<char>(info)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("nChw8c plans on oneDNN's avx2 kernels"), std::string::npos) << text;
+  ASSERT_EQ(run("segment " + fixtures::shell_quote(kImage) + " --format ids --backend onednn --out " +
+                    fixtures::shell_quote((dir / "avx2").string()),
+                dir / "segment.txt"),
+            0);
+  std::string json;
+  const torch::Tensor native = segment_ids("", "onednn", dir, &json);
+  const torch::Tensor avx2 = read_label_file((dir / "avx2" / "0016E5_07959.png").string());
+  ASSERT_TRUE(native.defined());
+  const double agree = avx2.eq(native).to(torch::kFloat64).mean().item<double>();
+  EXPECT_GT(agree, 0.999) << "AVX2 (emulated) and native labels agree on " << agree;
   fs::remove_all(dir);
 }

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The engine tests on an emulated CPU without AVX-512: QEMU's Haswell model (AVX2 + FMA,
+# emulated by QEMU 7.2's TCG). What runs is what an AVX2 laptop runs: oneDNN's avx2 kernels,
+# the avx2 clones of our kernels, the 8-channel plans; a stray AVX-512 instruction would stop
+# it with SIGILL. Usage: avx2_emulated.sh LIGHTSEG_TESTS. Exit 77 (skipped) without qemu-user.
+set -euo pipefail
+command -v qemu-x86_64 >/dev/null 2>&1 || { echo "qemu-x86_64 (Debian's qemu-user) is not installed: skipped"; exit 77; }
+# TCG lacks Haswell's TSX and INVPCID; qemu says so on every start: not our business.
+OMP_NUM_THREADS=2 qemu-x86_64 -cpu Haswell "$1" --gtest_filter='Engine.*' 2> >(grep -v "TCG doesn't support requested feature" >&2)
