@@ -57,6 +57,10 @@ for arm, recs, val in rows:
     ips = sorted(r["images_per_s"] for r in recs)
     lines.append(f"| {arm} | {len(recs)} | {at:.4f} |" if at is not None else f"| {arm} | {len(recs)} | – |")
     lines[-1] += (f" {best[1]:.4f} ({best[0]}) |" if best else " – |") + (f" {ips[len(ips) // 2]:.2f} |" if ips else " – |")
+unfinished = [arm for arm, recs, _ in rows if len(recs) < epochs]
+if unfinished:
+    lines += ["", f"**In progress**: {', '.join(unfinished)} not yet at {epochs} epochs (arms that have not started are"
+              " not listed). No arm is chosen before every arm has finished the same schedule."]
 os.makedirs("docs", exist_ok=True)
 open("docs/recipe-study.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
