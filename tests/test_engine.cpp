@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "lightseg/engine.h"
+#include "lightseg/features.h"
 #include "infer/fused_network.h"
 #include "lightseg/image_io.h"
 #include "data/transforms.h"
@@ -310,6 +311,7 @@ TEST(Engine, PortableKernelsMatchTheAvx512Ones) {
   // for the default network (11 classes: packed logits), 19 classes (two blocks), odd sizes.
   if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
   if (!onednn_unsuitable_reason().empty()) GTEST_SKIP() << onednn_unsuitable_reason();
+  if (!LIGHTSEG_NATIVE_KERNELS) GTEST_SKIP() << "built without native kernels (LIGHTSEG_NATIVE_KERNELS=OFF): only the portable ones";
 #if defined(__GNUC__) && defined(__x86_64__)
   if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512 here: only the portable kernels run";
 #endif

@@ -71,7 +71,7 @@ std::atomic<bool> g_avx512_kernels{true};
 void onednn_use_avx512_kernels(bool on) { g_avx512_kernels.store(on, std::memory_order_relaxed); }
 namespace onednn {
 bool avx512_kernels() {
-#if defined(__GNUC__) && defined(__x86_64__)
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
   static const bool cpu = __builtin_cpu_supports("avx512f") && max_isa_level() >= IsaLevel::Avx512;
   return cpu && g_avx512_kernels.load(std::memory_order_relaxed);
 #else

@@ -1,6 +1,8 @@
 #include "lightseg/model/layers.h"
 #include "model/hooks.h"
 
+#include "lightseg/features.h"
+
 namespace lightseg::model {
 
 bool& MacCounter::enabled() {
@@ -79,7 +81,7 @@ inline __attribute__((always_inline)) void prelu_rows_bwd(const T* g, const T* x
   }
 }
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define LIGHTSEG_PRELU_MV __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define LIGHTSEG_PRELU_MV

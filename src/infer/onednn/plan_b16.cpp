@@ -3,7 +3,7 @@
 #if LIGHTSEG_HAVE_DNNL
 #define LIGHTSEG_ONEDNN_BLOCK 16
 #define LIGHTSEG_ONEDNN_NS b16
-#if defined(__GNUC__) && defined(__x86_64__)
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
 #define LIGHTSEG_ONEDNN_X86_512 1
 #else
 #define LIGHTSEG_ONEDNN_X86_512 0

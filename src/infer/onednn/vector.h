@@ -3,14 +3,14 @@
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #undef LIGHTSEG_MULTIVERSION
 #define LIGHTSEG_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #undef LIGHTSEG_MULTIVERSION
 #define LIGHTSEG_MULTIVERSION
 #endif
-#if defined(__GNUC__) && defined(__x86_64__)
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
 #undef LIGHTSEG_AVX512
 #define LIGHTSEG_AVX512 __attribute__((target("avx512f")))
 #else
