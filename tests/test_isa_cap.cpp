@@ -12,6 +12,7 @@
 
 #include "cli_run.h"
 #include "infer/onednn_engine.h"
+#include "lightseg/features.h"
 #include "lightseg/image_io.h"
 #include "synthetic.h"
 
@@ -45,6 +46,7 @@ torch::Tensor segment_ids(const std::string& isa, const std::string& backend, co
 
 TEST(IsaCap, OnednnPlansFollowTheIsaAndGiveFusedsLabels) {
   if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build: nothing to cap";
+  if (!LIGHTSEG_NATIVE_KERNELS) GTEST_SKIP() << "built without native kernels: no onednn plans";
   auto dir = fixtures::temp_dir("isacap");
   const torch::Tensor fused = segment_ids("", "fused", dir, nullptr);
   ASSERT_TRUE(fused.defined());
@@ -79,6 +81,7 @@ TEST(IsaCap, OnednnPlansFollowTheIsaAndGiveFusedsLabels) {
 
 TEST(IsaCap, BelowAvx2AutoSegmentsWithFusedAndOnednnSaysWhy) {
   if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build: nothing to cap";
+  if (!LIGHTSEG_NATIVE_KERNELS) GTEST_SKIP() << "built without native kernels: no onednn plans at any level";
   auto dir = fixtures::temp_dir("isacap_sse");
   auto info = run_capped("SSE41", {"info", "--json"}, dir);
   ASSERT_EQ(info.code, 0) << info.err;
@@ -103,6 +106,7 @@ TEST(IsaCap, BelowAvx2AutoSegmentsWithFusedAndOnednnSaysWhy) {
 // unknown level is a clear error.
 TEST(IsaCap, LightsegMaxIsaCapsThePlansAndRefusesUnknownLevels) {
   if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build: nothing to cap";
+  if (!LIGHTSEG_NATIVE_KERNELS) GTEST_SKIP() << "built without native kernels: no onednn plans";
   auto dir = fixtures::temp_dir("isacap_own");
   auto with = [&](const std::string& level, const std::vector<std::string>& args) {
     ::setenv("LIGHTSEG_MAX_ISA", level.c_str(), 1);
@@ -130,6 +134,7 @@ TEST(IsaCap, LightsegMaxIsaCapsThePlansAndRefusesUnknownLevels) {
 // emulates them), where any AVX-512 instruction outside the paths chosen for this CPU would
 // stop the process (SIGILL). It must run the 8-channel plans and give the native labels.
 TEST(IsaCap, OnAnEmulatedAvx2CpuTheMainJobRunsAndGivesTheNativeLabels) {
+  if (!LIGHTSEG_NATIVE_KERNELS) GTEST_SKIP() << "built without native kernels: no onednn plans";
   if (std::system("command -v qemu-x86_64 >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "qemu-x86_64 (Debian's qemu-user) is not installed";
   auto dir = fixtures::temp_dir("isacap_qemu");

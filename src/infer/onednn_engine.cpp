@@ -87,8 +87,11 @@ bool onednn_bf16_available() {
 }
 
 int onednn_plan_block() {
-#if !defined(__x86_64__)
-  return 0;  // the plans' layouts are those of oneDNN's x86 kernels (elsewhere: reference ones)
+#if !defined(__x86_64__) || !LIGHTSEG_NATIVE_KERNELS
+  // Not x86: the plans' layouts are those of oneDNN's x86 kernels (elsewhere: reference ones).
+  // Without native kernels the plans' own kernels run in their portable form, slower than the
+  // fused backend (29 vs 21 ms at 360×480 on a Zen 4): auto must then be fused.
+  return 0;
 #endif
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   auto has = [isa](dnnl::cpu_isa need) { return (isa & static_cast<unsigned>(need)) == static_cast<unsigned>(need); };
@@ -118,6 +121,9 @@ std::string onednn_unsuitable_reason() {
   // reference ones (84 s for one 360×480 image on an AVX2 EPYC with nChw16c plans, against
   // ~55 ms for the fused backend). Below AVX2 the plans are not offered.
   if (onednn_plan_block() > 0) return "";
+  if (!LIGHTSEG_NATIVE_KERNELS)
+    return "this build has no native kernels (LIGHTSEG_NATIVE_KERNELS=OFF), without which the onednn plans are slower "
+           "than the fused backend";
   return std::string("the onednn backend's plans need oneDNN's AVX2 or AVX-512 kernels; ") +
          (max_isa_level() == IsaLevel::Generic ? "LIGHTSEG_MAX_ISA=generic leaves neither"
                                                : "on this CPU (or under ONEDNN_MAX_CPU_ISA) oneDNN has SSE4.1 or less, where "
