@@ -111,6 +111,7 @@ std::string onednn_plan_description() {
                      : isa == dnnl::cpu_isa::avx2             ? "avx2"
                      : isa == dnnl::cpu_isa::avx              ? "avx"
                                                               : "sse41 or less";
+  if (!LIGHTSEG_NATIVE_KERNELS) return "none (built without native kernels: auto is fused)";
   const int b = onednn_plan_block();
   return b ? "nChw" + std::to_string(b) + "c plans on oneDNN's " + name + " kernels"
            : std::string("none (oneDNN has ") + name + ")";
