@@ -5,6 +5,8 @@
 # forward within one session; the run folders live outside the repository.
 #   scripts/recipe_study.sh MINUTES          # train for MINUTES in all, then write the table
 #   scripts/recipe_study.sh 0                # only write docs/recipe-study.md from the logs
+# ARMS="aux ema" limits a run to those arms and THREADS=N sets each trainer's threads, so
+# that two runs over disjoint arms can share a machine (each arm's protocol is unchanged).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${1:-170}
@@ -16,6 +18,7 @@ BIN=${LIGHTSEG_BIN:-build/bin/lightseg}
 mkdir -p "$ROOT"
 end=$((SECONDS + MINUTES * 60))
 arms=(configs/recipe/*.json)
+if [ -n "${ARMS:-}" ]; then arms=(); for a in $ARMS; do arms+=("configs/recipe/$a.json"); done; fi
 while [ "$MINUTES" -gt 0 ] && [ $SECONDS -lt $end ]; do
   progressed=0
   for cfg in "${arms[@]}"; do
@@ -29,7 +32,7 @@ while [ "$MINUTES" -gt 0 ] && [ $SECONDS -lt $end ]; do
     echo "recipe_study: $arm (epoch $done_epochs of $EPOCHS), $turn min" >&2
     nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --out "$out" --config "$cfg" \
       --epochs "$EPOCHS" --batch 8 --crop 360x480 --val-every 2 --seed 1 --precision "${PRECISION:-bf16}" \
-      --time-limit "$turn" --resume
+      --time-limit "$turn" --resume ${THREADS:+--threads "$THREADS"}
     progressed=1
   done
   [ "$progressed" -eq 1 ] || break
