@@ -57,7 +57,7 @@ bool onednn_bf16_available() { return false; }
 int onednn_plan_block() { return 0; }
 std::string onednn_plan_description() { return ""; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
-void onednn_use_avx512_kernels(bool) {}
+void onednn_use_native_kernels(bool) {}
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
@@ -66,14 +66,23 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, b
 
 bool onednn_available() { return true; }
 namespace {
-std::atomic<bool> g_avx512_kernels{true};
+std::atomic<bool> g_native_kernels{true};
 }
-void onednn_use_avx512_kernels(bool on) { g_avx512_kernels.store(on, std::memory_order_relaxed); }
+void onednn_use_native_kernels(bool on) { g_native_kernels.store(on, std::memory_order_relaxed); }
 namespace onednn {
 bool avx512_kernels() {
 #if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
   static const bool cpu = __builtin_cpu_supports("avx512f") && max_isa_level() >= IsaLevel::Avx512;
-  return cpu && g_avx512_kernels.load(std::memory_order_relaxed);
+  return cpu && g_native_kernels.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+bool avx2_kernels() {
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
+  static const bool cpu =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && max_isa_level() >= IsaLevel::Avx2;
+  return cpu && g_native_kernels.load(std::memory_order_relaxed);
 #else
   return false;
 #endif

@@ -32,9 +32,10 @@ bool onednn_bf16_available();
 // accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument). profile: time every
 // step (InferenceEngine::profile()).
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false, bool profile = false);
-// Where a kernel has an AVX-512 form and a portable one (the register epilogues, the packed
-// logits), false makes every plan use the portable form from the next call on; for tests,
-// so that the path CPUs without AVX-512 take stays checked on machines with it. Default true.
-void onednn_use_avx512_kernels(bool on);
+// Where a kernel has a native form (AVX-512: the register epilogues, the packed logits, the
+// vector argmax; AVX2: the register epilogues) and a portable one, false makes every plan use
+// the portable form from the next call on; for tests, so that the path other CPUs take stays
+// checked on machines with these. Default true.
+void onednn_use_native_kernels(bool on);
 
 }  // namespace lightseg

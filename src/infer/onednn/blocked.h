@@ -7,9 +7,12 @@
 
 namespace lightseg::onednn {
 
-// Whether the AVX-512 forms of the kernels that have a portable twin run (16-channel plans):
-// the CPU has AVX-512F and the tests have not switched them off (onednn_use_avx512_kernels).
+// Whether the native forms of the kernels that have a portable twin run: the AVX-512 ones
+// (16-channel plans) where the CPU has AVX-512F, the AVX2 ones (8-channel plans) where it has
+// AVX2 + FMA, within LIGHTSEG_MAX_ISA, unless the tests switched them off
+// (onednn_use_native_kernels).
 bool avx512_kernels();
+bool avx2_kernels();
 
 // An engine whose plans keep activations in nChw16c (b16: oneDNN's avx512_core kernels; the
 // only width with bf16 plans) or nChw8c (b8: its avx2 and sse41 kernels).

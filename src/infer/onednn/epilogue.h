@@ -86,7 +86,7 @@ void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t n
   }
   finish_tile(e, t, n, g, p, np);
 }
-#if LIGHTSEG_ONEDNN_X86_512
+#if LIGHTSEG_ONEDNN_X86_512 || LIGHTSEG_ONEDNN_X86_256
 #include "infer/onednn/x86/register_epilogue.h"
 #else
 bool register_epilogue_fits(const Epilogue&) { return false; }

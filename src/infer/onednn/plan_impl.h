@@ -5,6 +5,7 @@
 //   LIGHTSEG_ONEDNN_NS       the namespace of that width's plans (b16, b8)
 //   LIGHTSEG_ONEDNN_X86_512  1 where the AVX-512 forms of the kernels (register epilogues,
 //                            packed logits, bf16 tiles) are compiled: x86-64 GCC/Clang, 16 lanes
+//   LIGHTSEG_ONEDNN_X86_256  1 where the AVX2 forms (register epilogues) are: x86-64, 8 lanes
 // See onednn_engine.cpp for what a plan is. Every vector type here is one channel block of
 // one pixel (GCC/Clang vector extension: one zmm in the AVX-512 clone of a 16-lane plan, one
 // ymm in the AVX2 clone of an 8-lane one, portable code elsewhere).

@@ -1,4 +1,5 @@
-// x86 (AVX-512): the register epilogues, eight vectors at a time in registers.
+// x86 (AVX-512 in 16-lane plans, AVX2 + FMA in 8-lane ones): the register epilogues, eight
+// vectors at a time in registers.
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
@@ -7,9 +8,17 @@
 // its bf16 copy), eight vectors at a time kept in registers from their loads to their stores,
 // instead of finish_tile's one loop per step over a tile in L1. Measured (360x480, alternated):
 // the passes after oneDNN convolutions 2.4 -> 1.3 ms in bf16, the depthwise kernels ~10 %
-// faster, all our kernels 6.5 -> 4.9 ms in fp32. AVX-512 (x86-64 GCC/Clang) and whole channel
-// blocks only; everything else, and every CPU without AVX-512, takes finish_tile (the same
-// arithmetic in the same order: tests/test_engine.cpp compares them).
+// faster, all our kernels 6.5 -> 4.9 ms in fp32. Compiled for AVX-512 in the 16-lane plans and
+// for AVX2 + FMA in the 8-lane ones (x86-64 GCC/Clang), whole channel blocks only; everything
+// else, and every CPU without these, takes finish_tile (the same arithmetic in the same order:
+// tests/test_engine.cpp compares them).
+#if LIGHTSEG_ONEDNN_X86_512
+#define LIGHTSEG_REGISTER_TARGET "avx512f"
+inline bool register_kernels() { return avx512_kernels(); }
+#else
+#define LIGHTSEG_REGISTER_TARGET "avx2,fma"
+inline bool register_kernels() { return avx2_kernels(); }
+#endif
 // One addition: a vector per pixel (bf16 or f32) or a one-channel value's lane 0, broadcast.
 struct Operand {
   const void* p = nullptr;
@@ -50,13 +59,17 @@ inline __attribute__((always_inline)) vb fetch(const uint16_t* s, int64_t i) { r
 // f32 → bf16 rounded to nearest even (vcvtneps2bf16; asm, so that it compiles in an AVX-512F
 // function: it only runs where a bf16 value exists, i.e. in bf16 plans on AVX512-BF16 CPUs).
 inline __attribute__((always_inline)) void out_bf16(uint16_t* d, vb v) {
+#if LIGHTSEG_ONEDNN_X86_512
   vbh h;
   asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
   *reinterpret_cast<vbhu*>(d) = h;
+#else
+  store_bf16(d, v);  // 8-lane plans have no bf16 values (bf16 plans are 16-lane only)
+#endif
 }
 
 bool register_epilogue_fits(const Epilogue& e) {
-  if (!avx512_kernels() || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
+  if (!register_kernels() || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
       e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
       (e.residual && e.residual->C != e.dst.C))
     return false;
@@ -132,7 +145,7 @@ inline __attribute__((always_inline)) void register_chunk(const S* s, int64_t i0
 // The epilogue of pixels [p, p + np) of block g of image n, the convolution's result coming from
 // a tile (S = vb) or from the source value's block (S = float or uint16_t).
 template <class S>
-__attribute__((target("avx512f"), noinline)) void register_epilogue(const Epilogue& e, const S* s, int64_t n,
+__attribute__((target(LIGHTSEG_REGISTER_TARGET), noinline)) void register_epilogue(const Epilogue& e, const S* s, int64_t n,
                                                                     int64_t g, int64_t p, int64_t np,
                                                                     const vb* extra) {
   const Operand res = operand(e.residual, n, g, p);
