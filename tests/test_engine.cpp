@@ -406,3 +406,49 @@ TEST(Engine, ProfileIsReturnedToTheCallerNotPrinted) {
   EXPECT_NE(report.find("onednn plan 1x64x96: 2 calls"), std::string::npos) << report;
   EXPECT_NE(report.find(" ms "), std::string::npos) << report;
 }
+
+TEST(Engine, WinogradConvolutionsMatchTheTrainingGraph) {
+  // The plans' own Winograd F(4×4, 3×3) for dense 3×3 stride-1 convolutions (C1.1's second and
+  // third, C4.6's), forced on and off whatever this CPU measures: both match the training
+  // graph, on maps whose last tiles hang over the edge (65x33; 33x35: 5x5 at 1/8, two tiles
+  // of which the second has one row and column inside) and with channel counts it must leave
+  // to oneDNN (c0 = 20: not whole blocks).
+  auto b = available_backends();
+  if (std::find(b.begin(), b.end(), "onednn") == b.end()) GTEST_SKIP() << "no onednn backend on this CPU/build";
+  NetworkConfig odd;
+  odd.c0 = 20;
+  odd.num_classes = 19;
+  for (const auto& cfg : {NetworkConfig{}, odd}) {
+    auto net = random_net(cfg, 5);
+    ModelMeta meta = ModelMeta::generic(cfg.num_classes);
+    EngineOptions o{"onednn"};
+    o.profile = true;
+    auto wino = make_engine(net, meta, o), direct = make_engine(net, meta, o);
+    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {33, 35}}) {
+      auto x = images(1, h, w);
+      auto ref = reference(net, meta, x);
+      onednn_set_winograd(1);  // a plan is built at the first call of its size
+      auto got = wino->logits(x);
+      onednn_set_winograd(0);
+      auto base = direct->logits(x);
+      onednn_set_winograd(-1);
+      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
+      std::printf("  c0=%lld %4lldx%-4lld winograd: labels %.5f  max |logit diff| %.2e; direct %.2e\n",
+                  static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
+                  agreement(got, ref), d, max_diff(base, ref));
+      EXPECT_GE(agreement(got, ref), 0.999) << h << "x" << w;
+      EXPECT_LT(d, 1e-4 * scale) << h << "x" << w;
+      EXPECT_LT(max_diff(base, ref), 1e-4 * scale) << h << "x" << w;
+    }
+    // The plans say which convolutions took it: all of C4.6's in the default network
+    // (32 and 64 channels), none in the forced-off engine.
+    const std::string pw = wino->profile(), pd = direct->profile();
+    EXPECT_EQ(pd.find("winograd_4x3: ours"), std::string::npos) << pd;
+    if (cfg.c0 % 8 == 0) {
+      EXPECT_NE(pw.find("semantic2.layers.5.conv3d (winograd_4x3: ours)"), std::string::npos) << pw;
+      EXPECT_NE(pw.find("init.conv2 (winograd_4x3: ours)"), std::string::npos) << pw;
+    } else {
+      EXPECT_EQ(pw.find("init.conv2 (winograd_4x3: ours)"), std::string::npos) << pw;  // 20 channels
+    }
+  }
+}

@@ -58,6 +58,7 @@ int onednn_plan_block() { return 0; }
 std::string onednn_plan_description() { return ""; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
 void onednn_use_native_kernels(bool) {}
+void onednn_set_winograd(int) {}
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
@@ -67,9 +68,12 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, b
 bool onednn_available() { return true; }
 namespace {
 std::atomic<bool> g_native_kernels{true};
+std::atomic<int> g_winograd{-1};
 }
 void onednn_use_native_kernels(bool on) { g_native_kernels.store(on, std::memory_order_relaxed); }
+void onednn_set_winograd(int mode) { g_winograd.store(mode < 0 ? -1 : mode > 0 ? 1 : 0, std::memory_order_relaxed); }
 namespace onednn {
+int winograd_mode() { return g_winograd.load(std::memory_order_relaxed); }
 bool avx512_kernels() {
 #if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
   static const bool cpu = __builtin_cpu_supports("avx512f") && max_isa_level() >= IsaLevel::Avx512;
@@ -101,13 +105,15 @@ int onednn_plan_block() {
   // Without native kernels the plans' own kernels run in their portable form, slower than the
   // fused backend (29 vs 21 ms at 360×480 on a Zen 4): auto must then be fused.
   return 0;
-#endif
+#else
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   auto has = [isa](dnnl::cpu_isa need) { return (isa & static_cast<unsigned>(need)) == static_cast<unsigned>(need); };
   const IsaLevel cap = max_isa_level();  // LIGHTSEG_MAX_ISA, even where oneDNN was used before it was read
   if (has(dnnl::cpu_isa::avx512_core) && cap >= IsaLevel::Avx512) return 16;
-  if (has(dnnl::cpu_isa::avx2) && cap >= IsaLevel::Avx2) return 8;
+  // The 8-lane plans are compiled for AVX2 + FMA (plan_impl.h), which oneDNN's avx2 kernels use too.
+  if (has(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("fma") && cap >= IsaLevel::Avx2) return 8;
   return 0;
+#endif
 }
 
 std::string onednn_plan_description() {

@@ -37,5 +37,9 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool 
 // the portable form from the next call on; for tests, so that the path other CPUs take stays
 // checked on machines with these. Default true.
 void onednn_use_native_kernels(bool on);
+// Which dense 3×3 stride-1 convolutions of plans built from now on take the plans' own
+// Winograd F(4×4, 3×3): -1 (default) where it measures faster than oneDNN's kernels, 1 every
+// one it fits, 0 none. For tests, so that both paths stay checked whatever a CPU measures.
+void onednn_set_winograd(int mode);
 
 }  // namespace lightseg

@@ -13,6 +13,8 @@ namespace lightseg::onednn {
 // (onednn_use_native_kernels).
 bool avx512_kernels();
 bool avx2_kernels();
+// onednn_set_winograd's mode: -1 measured, 1 always, 0 never.
+int winograd_mode();
 
 // An engine whose plans keep activations in nChw16c (b16: oneDNN's avx512_core kernels; the
 // only width with bf16 plans) or nChw8c (b8: its avx2 and sse41 kernels).

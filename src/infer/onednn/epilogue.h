@@ -18,7 +18,6 @@ inline __attribute__((always_inline)) void activate(const Epilogue& e, vb* t, in
 
 // The pass on one tile already in `t` (pixels [p, p + np) of block g of image n): affine,
 // residual, activation, product, additions, padding lanes to zero; then the store.
-LIGHTSEG_MULTIVERSION
 void finish_tile(const Epilogue& e, vb* t, int64_t n, int64_t g, int64_t p, int64_t np, const vb* extra = nullptr) {
   const int64_t c0 = g * kBlock;
   if (e.scale) {
@@ -75,7 +74,6 @@ void finish_tile(const Epilogue& e, vb* t, int64_t n, int64_t g, int64_t p, int6
   }
 }
 
-LIGHTSEG_MULTIVERSION
 void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t np) {
   vb t[kTile];
   if (e.src.bf16) {

@@ -6,9 +6,10 @@
 //   LIGHTSEG_ONEDNN_X86_512  1 where the AVX-512 forms of the kernels (register epilogues,
 //                            packed logits, bf16 tiles) are compiled: x86-64 GCC/Clang, 16 lanes
 //   LIGHTSEG_ONEDNN_X86_256  1 where the AVX2 forms (register epilogues) are: x86-64, 8 lanes
+//   LIGHTSEG_ONEDNN_X86_256  1 where the AVX2 forms (register epilogues) are: x86-64, 8 lanes
 // See onednn_engine.cpp for what a plan is. Every vector type here is one channel block of
-// one pixel (GCC/Clang vector extension: one zmm in the AVX-512 clone of a 16-lane plan, one
-// ymm in the AVX2 clone of an 8-lane one, portable code elsewhere).
+// one pixel (GCC/Clang vector extension: one zmm in a 16-lane plan, one ymm in an 8-lane one,
+// portable code in a build without native kernels).
 #pragma once
 
 #if LIGHTSEG_ONEDNN_X86_512
@@ -36,6 +37,24 @@
 
 #include "infer/onednn/blocked.h"
 
+// The one dispatch: onednn_plan_block() picks a width from the CPU, oneDNN's ISA and
+// LIGHTSEG_MAX_ISA, and every function of that width's plans (defined below, in this
+// namespace only) is compiled for the ISA the width runs on: AVX-512 (F, BW, DQ, VL: oneDNN's
+// avx512_core) for 16 lanes, AVX2 + FMA for 8. The headers above keep the build's baseline:
+// templates defined there are instantiated with it (GCC keeps a template's own target), so no
+// shared inline code is built for a newer CPU than the rest of the program.
+#if LIGHTSEG_ONEDNN_X86_512 && defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
+#elif LIGHTSEG_ONEDNN_X86_512
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
+#elif LIGHTSEG_ONEDNN_X86_256 && defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#elif LIGHTSEG_ONEDNN_X86_256
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
 namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS {
 
 #include "infer/onednn/layout.h"
@@ -46,7 +65,14 @@ namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS {
 #include "infer/onednn/kernels/single_channel.h"
 #include "infer/onednn/kernels/output_resize.h"
 #include "infer/onednn/kernels/concat.h"
+#include "infer/onednn/kernels/winograd.h"
 #include "infer/onednn/plan.h"
 #include "infer/onednn/engine.h"
 
 }  // namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS
+
+#if (LIGHTSEG_ONEDNN_X86_512 || LIGHTSEG_ONEDNN_X86_256) && defined(__clang__)
+#pragma clang attribute pop
+#elif LIGHTSEG_ONEDNN_X86_512 || LIGHTSEG_ONEDNN_X86_256
+#pragma GCC pop_options
+#endif

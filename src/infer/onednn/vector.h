@@ -1,15 +1,8 @@
 // One channel block of one pixel as a vector (`vb`: GCC/Clang vector extension), its loads,
-// stores and bf16 conversions; the multiversioning of the kernels (target_clones).
+// stores and bf16 conversions.
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
-#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#undef LIGHTSEG_MULTIVERSION
-#define LIGHTSEG_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#undef LIGHTSEG_MULTIVERSION
-#define LIGHTSEG_MULTIVERSION
-#endif
 #if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
 #undef LIGHTSEG_AVX512
 #define LIGHTSEG_AVX512 __attribute__((target("avx512f")))
@@ -21,8 +14,8 @@
 constexpr int64_t kTile = 64;  // pixels per tile: 64×16 floats stay in L1
 
 // 16 floats: one channel block of one pixel (GCC/Clang vector extension; one zmm register in
-// the AVX-512 clone, two ymm in the AVX2 one). The helpers are always inlined into the
-// clones, so the ABI note GCC gives for 64-byte vector returns does not apply.
+// a 16-lane plan, one ymm in an 8-lane one). The helpers are always inlined into the
+// kernels, so the ABI note GCC gives for 64-byte vector returns does not apply.
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif

@@ -166,7 +166,6 @@ inline __attribute__((always_inline)) void paired_row_impl(const PairedDepthwise
   }
 }
 
-LIGHTSEG_MULTIVERSION
 void paired_row(const PairedDepthwise& c, int64_t n, int64_t g, int64_t y) {
   paired_row_impl(c, c.b.e.src.block(n, g), n, g, y);
 }
@@ -188,7 +187,6 @@ void run_paired(const PairedDepthwise& c) {
   });
 }
 
-LIGHTSEG_MULTIVERSION
 void depthwise_row(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y) {
   depthwise_row_impl(c, c.e.src.block(n, g), n, g, y);
 }

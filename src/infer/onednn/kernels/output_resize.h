@@ -95,7 +95,6 @@ inline __attribute__((always_inline)) void label_row_blocks(const OutputResize& 
     o[x] = static_cast<int64_t>(lanes_min(first)[0]);
   }
 }
-LIGHTSEG_MULTIVERSION
 void label_row(const OutputResize& r, int64_t* out, int64_t n, int64_t y) {
   const int64_t blocks = round_up(r.src.C) / kBlock;
   if (blocks == 1)
@@ -109,7 +108,6 @@ void label_row(const OutputResize& r, int64_t* out, int64_t n, int64_t y) {
 // The logits of one row, pixel by pixel: each block's vector stored whole where it stays
 // inside the row (lanes past the pixel's K channels land on the next pixel, written next),
 // the row's last partial block through a copy.
-LIGHTSEG_MULTIVERSION
 void output_row(const OutputResize& r, float* out, int64_t n, int64_t y) {
   const int64_t K = r.src.C, blocks = round_up(K) / kBlock, row = r.W * K;
   const OutputRows q = output_rows(r, n, y);
@@ -145,7 +143,6 @@ void run_labels(const OutputResize& r, int64_t* out) {
   });
 }
 
-LIGHTSEG_MULTIVERSION
 void run_output_resize(const OutputResize& r, float* out) {
 #if LIGHTSEG_ONEDNN_X86_512
   if (avx512_kernels() && r.src.C >= 8 && r.src.C < kBlock) {

@@ -29,7 +29,6 @@ inline __attribute__((always_inline)) void pool_row_impl(const MaxPool2x2& c, co
   }
 }
 
-LIGHTSEG_MULTIVERSION
 void pool_row(const MaxPool2x2& c, int64_t n, int64_t g, int64_t y) { pool_row_impl(c, c.src.block(n, g), n, g, y); }
 LIGHTSEG_AVX512
 void pool_row_bf16(const MaxPool2x2& c, int64_t n, int64_t g, int64_t y) {

@@ -58,7 +58,6 @@ inline __attribute__((always_inline)) void single_channel_row_impl(const SingleC
   }
 }
 
-LIGHTSEG_MULTIVERSION
 void single_channel_row(const SingleChannelConv& c, int64_t n, int64_t y) {
   single_channel_row_impl(c, c.src.block(n, 0), n, y);
 }
