@@ -521,7 +521,9 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
         // Our Winograd F(4×4, 3×3) (kernels/winograd.h), where it fits, against the best of these.
         std::shared_ptr<WinogradConv> wino;
         double wino_seconds = 1e30;
+        // (ReLU and sigmoid without a pass are oneDNN post-ops: not taken.)
         if (!cands.empty() && !use_bf16 && cdst.fmt == View::Fmt::Blocked && winograd_mode() != 0 &&
+            (pass || op.act == Act::None) &&
             winograd_fits(x, cdst, G, ekh, ekw, op.stride[0], op.stride[1], dh, dw)) {
           wino = std::make_shared<WinogradConv>();
           wino->src = x;
