@@ -81,3 +81,10 @@ struct Epilogue {
   uint16_t* shadow = nullptr;  // bf16 copy of an f32 dst (its own nChw16c buffer), when a bf16 conv reads it
   bool write_dst = true;       // false: only the shadow is read later
 };
+
+// Per-channel array padded to whole blocks with zeros.
+torch::Tensor padded(const torch::Tensor& t, int64_t c) {
+  auto r = torch::zeros({round_up(c)}, torch::kFloat32);
+  if (t.defined()) r.slice(0, 0, c).copy_(t.to(torch::kCPU, torch::kFloat32).flatten());
+  return r;
+}

@@ -1,40 +1,7 @@
-// The plan of one input shape: the analysis of the operation list (liveness, fusions, pairing,
-// bf16 storage), the steps it builds, and running them.
+// The plan of one input shape: the steps built from the analysis of the operation list
+// (analysis.h: liveness, fusions, pairing, bf16 storage); running them: plan_run.h.
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
-
-// The taps of one kernel dimension that read the input for some output position (the others
-// only ever read padding): taps [first, first + count), and the padding that keeps the output
-// where it was once the taps before `first` are gone.
-struct Taps1 {
-  int64_t first = 0, count = 0, padding = 0;
-};
-Taps1 live_taps(int64_t k, int64_t dilation, int64_t padding, int64_t stride, int64_t in, int64_t out) {
-  int64_t first = -1, last = -1;
-  for (int64_t t = 0; t < k; ++t) {
-    bool live = false;
-    for (int64_t o = 0; o < out && !live; ++o) {
-      const int64_t i = o * stride + t * dilation - padding;
-      live = i >= 0 && i < in;
-    }
-    if (live) {
-      if (first < 0) first = t;
-      last = t;
-    }
-  }
-  const Taps1 all{0, k, padding};
-  if (first < 0) return all;  // no tap reads anything (a degenerate shape): as it was
-  const Taps1 live{first, last - first + 1, padding - first * dilation};
-  const int64_t right = (out - 1) * stride + (live.count - 1) * (live.count > 1 ? dilation : 1) + 1 - in - live.padding;
-  return live.padding >= 0 && right >= 0 ? live : all;  // oneDNN takes no negative padding
-}
-
-// Per-channel array padded to whole blocks with zeros.
-torch::Tensor padded(const torch::Tensor& t, int64_t c) {
-  auto r = torch::zeros({round_up(c)}, torch::kFloat32);
-  if (t.defined()) r.slice(0, 0, c).copy_(t.to(torch::kCPU, torch::kFloat32).flatten());
-  return r;
-}
 
 class Plan {
  public:
@@ -117,141 +84,18 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
     views_[v].H = sizes[v][0];
     views_[v].W = sizes[v][1];
   }
-  // Producer and last reader of every value.
-  std::vector<int> producer(nv, -1), last(nv, -1), readers(nv, 0);
-  for (int i = 0; i < nops; ++i) {
-    const auto& op = f.ops[i];
-    producer[op.out] = i;
-    std::vector<int> reads = op.in;
-    reads.insert(reads.end(), op.add.begin(), op.add.end());
-    if (op.residual >= 0) reads.push_back(op.residual);
-    for (int v : reads) {
-      last[v] = i;
-      ++readers[v];
-    }
-  }
-  // A max pooling whose only reader is the affine right after it: one kernel for both (the
-  // pooled map is never stored); what the pooling reads stays live until then.
-  std::vector<bool> pool_fused_next(nops, false);
-  for (int i = 1; i + 1 < nops; ++i) {
-    const auto &p = f.ops[i], &a = f.ops[i + 1];
-    if (p.kind != FusedOp::Kind::MaxPool || a.kind != FusedOp::Kind::Affine || a.in[0] != p.out ||
-        readers[p.out] != 1 || !p.add.empty() || p.out == f.output)
-      continue;
-    pool_fused_next[i] = true;
-    for (int v : p.in)
-      if (last[v] == i) last[v] = i + 1;
-  }
-  // A bilinear resize whose only use is as an addition of a MulAdd (C6.1's X3, the ×2 of
-  // C1.9): added on the fly by that MulAdd's pass from the small map, never stored.
-  std::vector<int> upsampled_src(nv, -1);  // per folded resize output: the value it resizes
-  std::vector<bool> resize_folded(nops, false);
-  for (int i = 1; i < nops; ++i) {
-    const auto& op = f.ops[i];
-    if (op.kind != FusedOp::Kind::Resize || op.out == f.output || !op.add.empty() || readers[op.out] != 1) continue;
-    const int j = last[op.out];
-    const auto& r = f.ops[j];
-    if (r.kind != FusedOp::Kind::MulAdd || std::count(r.add.begin(), r.add.end(), op.out) != 1 ||
-        std::count(r.in.begin(), r.in.end(), op.out) != 0 || f.channels[op.in[0]] != f.channels[r.out])
-      continue;
-    resize_folded[i] = true;
-    upsampled_src[op.out] = op.in[0];
-    last[op.in[0]] = std::max(last[op.in[0]], j);
-  }
-  // Concat parts written in place by their producer's pass (block-aligned offsets).
-  // (Only when every part starts on a 16-channel block; otherwise oneDNN's concat copies.)
-  std::vector<int> alias_of(nv, -1);
-  std::vector<bool> unaligned(nops, false);
-  for (int i = 0; i < nops; ++i) {
-    const auto& op = f.ops[i];
-    if (op.kind != FusedOp::Kind::Concat) continue;
-    int64_t off = 0;
-    for (int part : op.in) {
-      if (off % kBlock) unaligned[i] = true;
-      off += f.channels[part];
-    }
-    if (unaligned[i]) continue;
-    off = 0;
-    for (int part : op.in) {
-      const int p = producer[part];
-      const bool pass = p >= 0 && (f.ops[p].kind == FusedOp::Kind::Conv || f.ops[p].kind == FusedOp::Kind::Affine);
-      if (pass && readers[part] == 1 && off % kBlock == 0) {  // read by the concat only
-        alias_of[part] = op.out;
-        views_[part].coff = off;
-        views_[part].ctot = f.channels[op.out];
-      }
-      off += f.channels[part];
-    }
-  }
-  // A concat whose every part is written in place by its producer (no copy, no concat step).
-  auto all_in_place = [&](int i) {
-    const auto& op = f.ops[i];
-    return op.kind == FusedOp::Kind::Concat && !unaligned[i] && op.add.empty() &&
-           std::all_of(op.in.begin(), op.in.end(), [&](int part) { return alias_of[part] == op.out; });
-  };
-  // bf16 plans: the convolutions that read bf16 (dense ones, but not on the image and not
-  // with one output channel: those run our kernel), the values they need a shadow of, and
-  // the values something else reads in f32.
-  const int normalised = f.ops.front().out;
-  auto single_channel = [&](const FusedOp& op) {
-    return op.kind == FusedOp::Kind::Conv && op.weight.size(0) == 1 && op.groups == 1 && op.in[0] != normalised &&
-           op.residual < 0 && op.add.empty() && alias_of[op.out] < 0;
-  };
-  auto depthwise = [&](const FusedOp& op) {  // our depthwise kernel
-    return op.kind == FusedOp::Kind::Conv && op.groups > 1 && op.groups == op.weight.size(0) &&
-           op.groups == f.channels[op.in[0]] && op.weight.size(1) == 1 && op.weight.size(2) <= 16 &&
-           op.in[0] != normalised;
-  };
-  auto reads_bf16 = [&](const FusedOp& op) {
-    return bf16 && op.kind == FusedOp::Kind::Conv && op.groups == 1 && op.in[0] != normalised && !single_channel(op);
-  };
-  // Values stored in bf16 only: those whose producer is one of our passes or a bf16
-  // convolution, and that nothing reads but bf16 convolutions and our kernels (not oneDNN's
-  // pooling, resampling or concat, not the output). The others stay f32, with a bf16 copy
-  // (shadow) where a bf16 convolution reads them.
-  std::vector<bool> need_shadow(nv, false), need_f32(nv, false), f32_only(nv, false), conv_reader(nv, false);
-  std::vector<bool> store_bf16(nv, false);
-  need_f32[f.output] = f32_only[f.output] = f32_only[normalised] = true;
-  for (int i = 1; i < nops; ++i) {
-    const auto& op = f.ops[i];
-    for (size_t k = 0; k < op.in.size(); ++k) (k == 0 && reads_bf16(op) ? conv_reader : need_f32)[op.in[k]] = true;
-    for (int v : op.add) need_f32[v] = true;
-    if (op.residual >= 0) need_f32[op.residual] = true;
-    const bool ours = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
-                      op.kind == FusedOp::Kind::MaxPool || (op.kind == FusedOp::Kind::Resize && resize_folded[i]) ||
-                      (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op) || single_channel(op))) ||
-                      (op.kind == FusedOp::Kind::Concat && all_in_place(i));
-    if (!ours)
-      for (int v : op.in) f32_only[v] = true;
-  }
-  for (int i = 1; i < nops; ++i) {
-    const auto& op = f.ops[i];
-    const int v = op.out;
-    const bool writer = op.kind == FusedOp::Kind::Affine || op.kind == FusedOp::Kind::MulAdd ||
-                        op.kind == FusedOp::Kind::MaxPool ||
-                        (op.kind == FusedOp::Kind::Conv && (reads_bf16(op) || depthwise(op))) ||
-                        (op.kind == FusedOp::Kind::Concat && all_in_place(i));
-    store_bf16[v] = bf16 && writer && !f32_only[v] && alias_of[v] < 0;
-    views_[v].bf16 = store_bf16[v];
-    need_shadow[v] = conv_reader[v] && !store_bf16[v];
-  }
-  // The parts of a concat stored in bf16 are written in bf16 by their producers' passes.
-  for (int v = 0; v < nv; ++v)
+  // What each operation and value becomes (analysis.cpp), then the views it implies.
+  const PlanAnalysis an = analyse_plan(f, sizes, kBlock, bf16);
+  const auto &last = an.last, &alias_of = an.alias_of, &upsampled_src = an.upsampled_src;
+  const auto &need_shadow = an.need_shadow, &need_f32 = an.need_f32;
+  const auto &pool_fused_next = an.pool_fused_next, &resize_folded = an.resize_folded, &unaligned = an.unaligned;
+  const auto &paired_with_next = an.paired_with_next, &paired_with_prev = an.paired_with_prev;
+  for (int v = 0; v < nv; ++v) {
     if (alias_of[v] >= 0) {
-      views_[v].bf16 = store_bf16[v] = store_bf16[alias_of[v]];
-      if (store_bf16[v]) need_shadow[v] = false;
+      views_[v].coff = an.part_offset[v];
+      views_[v].ctot = f.channels[alias_of[v]];
     }
-  // Paired depthwise convolutions: op i (A) and op i + 1 (B) read the same value, same
-  // output size, B adds A's result and nothing else reads A's result.
-  std::vector<bool> paired_with_next(nops, false), paired_with_prev(nops, false);
-  auto plain_depthwise = [&](const FusedOp& op) { return depthwise(op) && op.residual < 0 && alias_of[op.out] < 0; };
-  for (int i = 1; i + 1 < nops; ++i) {
-    const auto &a = f.ops[i], &b = f.ops[i + 1];
-    if (!plain_depthwise(a) || !plain_depthwise(b) || !a.add.empty() || b.in[0] != a.in[0] || readers[a.out] != 1 ||
-        std::count(b.add.begin(), b.add.end(), a.out) != 1 || sizes[a.out] != sizes[b.out] ||
-        paired_with_prev[i] || a.act == Act::Sigmoid)
-      continue;
-    paired_with_next[i] = paired_with_prev[i + 1] = true;
+    views_[v].bf16 = an.store_bf16[v];
   }
   auto shadow_floats = [&](int v) {
     const View& w = views_[v];
@@ -343,7 +187,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           add_step(op.name + " (one channel)", [c](dnnl::stream&) { run_single_channel(*c); });
           break;
         }
-        if (depthwise(op)) {  // depthwise: ours
+        if (an.depthwise[i]) {  // depthwise: ours
           auto fill = [&](DepthwiseConv& c, const FusedOp& o, std::vector<int> adds) {
             c.e.src = x;
             c.e.act = o.act;
@@ -440,7 +284,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           double seconds = 1e30;
         };
         std::vector<Candidate> cands;
-        const bool use_bf16 = reads_bf16(op);
+        const bool use_bf16 = an.reads_bf16[i];
         auto add_candidate = [&](dnnl::algorithm alg, View::Fmt fmt) {
           View xs = x;
           xs.fmt = fmt;
@@ -749,52 +593,4 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
   }
   if (f.ops.back().out != f.output || f.ops.back().kind != FusedOp::Kind::Resize)
     throw std::logic_error("onednn: the operation list must end with the output resize");
-}
-
-torch::Tensor Plan::run(const torch::Tensor& images, dnnl::stream& strm) {
-  const int64_t K = f_.channels[f_.output];
-  auto out = torch::empty({N_, K, H_, W_}, torch::TensorOptions().dtype(torch::kFloat32).memory_format(
-                                               torch::MemoryFormat::ChannelsLast));
-  input_ = images.data_ptr<float>();
-  output_ = out.data_ptr<float>();
-  if (!profile_) {
-    for (auto& s : steps_) s(strm);
-    strm.wait();
-    return out;
-  }
-  step_seconds_.resize(steps_.size());
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    steps_[i](strm);
-    strm.wait();
-    step_seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  ++profiled_runs_;
-  return out;
-}
-
-torch::Tensor Plan::labels(const torch::Tensor& images, dnnl::stream& strm) {
-  auto out = torch::empty({N_, H_, W_}, torch::kInt64);
-  input_ = images.data_ptr<float>();
-  for (size_t i = 0; i + 1 < steps_.size(); ++i) steps_[i](strm);
-  strm.wait();
-  run_labels(*output_resize_, out.data_ptr<int64_t>());
-  return out;
-}
-
-std::string Plan::report() const {
-  if (profiled_runs_ == 0) return "";
-  double total = 0;
-  for (double s : step_seconds_) total += s;
-  char b[512];
-  std::snprintf(b, sizeof b, "onednn plan %lldx%lldx%lld: %lld calls, %.3f ms per call\n", static_cast<long long>(N_),
-                static_cast<long long>(H_), static_cast<long long>(W_), static_cast<long long>(profiled_runs_),
-                1e3 * total / profiled_runs_);
-  std::string r = b;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    std::snprintf(b, sizeof b, "  %7.3f ms %5.1f%%  %s\n", 1e3 * step_seconds_[i] / profiled_runs_,
-                  100.0 * step_seconds_[i] / total, labels_[i].c_str());
-    r += b;
-  }
-  return r;
 }

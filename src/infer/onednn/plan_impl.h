@@ -35,6 +35,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "infer/onednn/analysis.h"
 #include "infer/onednn/blocked.h"
 
 // The one dispatch: onednn_plan_block() picks a width from the CPU, oneDNN's ISA and
@@ -67,6 +68,7 @@ namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS {
 #include "infer/onednn/kernels/concat.h"
 #include "infer/onednn/kernels/winograd.h"
 #include "infer/onednn/plan.h"
+#include "infer/onednn/plan_run.h"
 #include "infer/onednn/engine.h"
 
 }  // namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS

@@ -184,7 +184,11 @@ void run_winograd(const WinogradConv& c) {
   const int64_t strips = (tw + T - 1) / T, items = c.dst.N * th * strips;
   const int64_t Cin = c.src.C, Cout = c.dst.C;
   at::parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(static_cast<size_t>(36 * T * (Cin + Cout) + 2 * kBlock));
+    // Per-thread scratch, kept between calls: a fresh zeroed vector per call cost more than the
+    // products on small maps (page faults of ~150 KB).
+    static thread_local std::vector<float> scratch;
+    const size_t need = static_cast<size_t>(36 * T * (Cin + Cout));
+    if (scratch.size() < need) scratch.resize(need);
     float* V = scratch.data();
     float* M = V + 36 * T * Cin;
     for (int64_t i = b; i < e; ++i) {
