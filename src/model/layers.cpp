@@ -2,6 +2,7 @@
 #include "model/hooks.h"
 
 #include "lightseg/features.h"
+#include "core/isa.h"
 
 namespace lightseg::model {
 
@@ -81,39 +82,67 @@ inline __attribute__((always_inline)) void prelu_rows_bwd(const T* g, const T* x
   }
 }
 
-#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define LIGHTSEG_PRELU_MV __attribute__((target_clones("avx512f", "avx2", "default")))
+// The row kernels compiled once per ISA and chosen once, from the CPU and LIGHTSEG_MAX_ISA
+// (no target_clones: those follow CPUID alone, past the cap).
+#define LIGHTSEG_PRELU_SET(NAME, ATTR)                                                                             \
+  ATTR void NAME##_fwd_f32(const float* x, const float* w, float* y, int64_t m0, int64_t m1, int64_t C) {          \
+    prelu_rows_fwd(x, w, y, m0, m1, C);                                                                            \
+  }                                                                                                                \
+  ATTR void NAME##_fwd_bf16(const at::BFloat16* x, const float* w, at::BFloat16* y, int64_t m0, int64_t m1,        \
+                            int64_t C) {                                                                           \
+    prelu_rows_fwd(x, w, y, m0, m1, C);                                                                            \
+  }                                                                                                                \
+  ATTR void NAME##_bwd_f32(const float* g, const float* x, const float* w, float* dx, float* acc, int64_t m0,      \
+                           int64_t m1, int64_t C) {                                                                \
+    prelu_rows_bwd(g, x, w, dx, acc, m0, m1, C);                                                                   \
+  }                                                                                                                \
+  ATTR void NAME##_bwd_bf16(const at::BFloat16* g, const at::BFloat16* x, const float* w, at::BFloat16* dx,        \
+                            float* acc, int64_t m0, int64_t m1, int64_t C) {                                       \
+    prelu_rows_bwd(g, x, w, dx, acc, m0, m1, C);                                                                   \
+  }
+LIGHTSEG_PRELU_SET(prelu_generic, )
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
+#define LIGHTSEG_PRELU_X86 1
 #else
-#define LIGHTSEG_PRELU_MV
+#define LIGHTSEG_PRELU_X86 0
 #endif
-LIGHTSEG_PRELU_MV void prelu_fwd_f32(const float* x, const float* w, float* y, int64_t m0, int64_t m1, int64_t C) {
-  prelu_rows_fwd(x, w, y, m0, m1, C);
-}
-LIGHTSEG_PRELU_MV void prelu_fwd_bf16(const at::BFloat16* x, const float* w, at::BFloat16* y, int64_t m0, int64_t m1,
-                                      int64_t C) {
-  prelu_rows_fwd(x, w, y, m0, m1, C);
-}
-LIGHTSEG_PRELU_MV void prelu_bwd_f32(const float* g, const float* x, const float* w, float* dx, float* acc, int64_t m0,
-                                     int64_t m1, int64_t C) {
-  prelu_rows_bwd(g, x, w, dx, acc, m0, m1, C);
-}
-LIGHTSEG_PRELU_MV void prelu_bwd_bf16(const at::BFloat16* g, const at::BFloat16* x, const float* w, at::BFloat16* dx,
-                                      float* acc, int64_t m0, int64_t m1, int64_t C) {
-  prelu_rows_bwd(g, x, w, dx, acc, m0, m1, C);
+#if LIGHTSEG_PRELU_X86
+LIGHTSEG_PRELU_SET(prelu_avx2, __attribute__((target("avx2,fma"))))
+LIGHTSEG_PRELU_SET(prelu_avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))))
+#endif
+struct PreluKernels {
+  decltype(&prelu_generic_fwd_f32) fwd_f32;
+  decltype(&prelu_generic_fwd_bf16) fwd_bf16;
+  decltype(&prelu_generic_bwd_f32) bwd_f32;
+  decltype(&prelu_generic_bwd_bf16) bwd_bf16;
+};
+const PreluKernels& prelu_kernels() {
+  static const PreluKernels k = [] {
+#if LIGHTSEG_PRELU_X86
+    const IsaLevel cap = max_isa_level();
+    if (cap >= IsaLevel::Avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+      return PreluKernels{prelu_avx512_fwd_f32, prelu_avx512_fwd_bf16, prelu_avx512_bwd_f32, prelu_avx512_bwd_bf16};
+    if (cap >= IsaLevel::Avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return PreluKernels{prelu_avx2_fwd_f32, prelu_avx2_fwd_bf16, prelu_avx2_bwd_f32, prelu_avx2_bwd_bf16};
+#endif
+    return PreluKernels{prelu_generic_fwd_f32, prelu_generic_fwd_bf16, prelu_generic_bwd_f32, prelu_generic_bwd_bf16};
+  }();
+  return k;
 }
 void prelu_fwd_rows(const float* x, const float* w, float* y, int64_t m0, int64_t m1, int64_t C) {
-  prelu_fwd_f32(x, w, y, m0, m1, C);
+  prelu_kernels().fwd_f32(x, w, y, m0, m1, C);
 }
 void prelu_fwd_rows(const at::BFloat16* x, const float* w, at::BFloat16* y, int64_t m0, int64_t m1, int64_t C) {
-  prelu_fwd_bf16(x, w, y, m0, m1, C);
+  prelu_kernels().fwd_bf16(x, w, y, m0, m1, C);
 }
 void prelu_bwd_rows(const float* g, const float* x, const float* w, float* dx, float* acc, int64_t m0, int64_t m1,
                     int64_t C) {
-  prelu_bwd_f32(g, x, w, dx, acc, m0, m1, C);
+  prelu_kernels().bwd_f32(g, x, w, dx, acc, m0, m1, C);
 }
 void prelu_bwd_rows(const at::BFloat16* g, const at::BFloat16* x, const float* w, at::BFloat16* dx, float* acc,
                     int64_t m0, int64_t m1, int64_t C) {
-  prelu_bwd_bf16(g, x, w, dx, acc, m0, m1, C);
+  prelu_kernels().bwd_bf16(g, x, w, dx, acc, m0, m1, C);
 }
 
 template <class T>
