@@ -16,17 +16,9 @@ __attribute__((target("avx512f"))) void label_row_avx512(const OutputResize& r, 
   for (int64_t x = 0; x < r.W; ++x) {
     const vb v = interpolate(r, row0, row1, wy0, wy1, x);
     const __m512 z = _mm512_mask_blend_ps(valid, low, reinterpret_cast<const __m512&>(v));
-    // the maximum in every lane, by halving shuffles (GCC 12's intrinsics for this, which use
-    // an "undefined" register, draw -Wmaybe-uninitialized)
-    vb m = reinterpret_cast<const vb&>(z), h;
-    h = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    m = m > h ? m : h;
-    h = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    m = m > h ? m : h;
-    h = __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    m = m > h ? m : h;
-    h = __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-    m = m > h ? m : h;
+    // the maximum in every lane (lanes_max: halving shuffles; GCC 12's intrinsics for this, which
+    // use an "undefined" register, draw -Wmaybe-uninitialized)
+    const vb m = lanes_max(reinterpret_cast<const vb&>(z));
     const __mmask16 at = _mm512_mask_cmp_ps_mask(valid, z, reinterpret_cast<const __m512&>(m), _CMP_EQ_OQ);
     o[x] = at ? __builtin_ctz(at) : 0;
   }
