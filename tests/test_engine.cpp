@@ -54,6 +54,14 @@ double agreement(const torch::Tensor& a, const torch::Tensor& b) {
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
+// C1.1 with 20 channels (not whole blocks at either width) and 19 classes (two 16-lane blocks).
+NetworkConfig unaligned_config() {
+  NetworkConfig odd;
+  odd.c0 = 20;
+  odd.num_classes = 19;
+  return odd;
+}
+
 }  // namespace
 
 TEST(Fused, FoldingIsExactInDoublePrecision) {
@@ -316,10 +324,7 @@ TEST(Engine, PortableKernelsMatchTheNativeOnes) {
 #if defined(__GNUC__) && defined(__x86_64__)
   if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 here: only the portable kernels run";
 #endif
-  NetworkConfig odd;
-  odd.c0 = 20;
-  odd.num_classes = 19;
-  for (const auto& cfg : {NetworkConfig{}, odd}) {
+  for (const auto& cfg : {NetworkConfig{}, unaligned_config()}) {
     auto net = random_net(cfg, 5);
     ModelMeta meta = ModelMeta::generic(cfg.num_classes);
     const auto f = fuse_network(net, meta);
@@ -415,10 +420,7 @@ TEST(Engine, WinogradConvolutionsMatchTheTrainingGraph) {
   // to oneDNN (c0 = 20: not whole blocks).
   auto b = available_backends();
   if (std::find(b.begin(), b.end(), "onednn") == b.end()) GTEST_SKIP() << "no onednn backend on this CPU/build";
-  NetworkConfig odd;
-  odd.c0 = 20;
-  odd.num_classes = 19;
-  for (const auto& cfg : {NetworkConfig{}, odd}) {
+  for (const auto& cfg : {NetworkConfig{}, unaligned_config()}) {
     auto net = random_net(cfg, 5);
     ModelMeta meta = ModelMeta::generic(cfg.num_classes);
     EngineOptions o{"onednn"};
