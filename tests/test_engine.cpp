@@ -413,11 +413,12 @@ TEST(Engine, ProfileIsReturnedToTheCallerNotPrinted) {
 }
 
 TEST(Engine, WinogradConvolutionsMatchTheTrainingGraph) {
-  // The plans' own Winograd F(4×4, 3×3) for dense 3×3 stride-1 convolutions (C1.1's second and
-  // third, C4.6's), forced on and off whatever this CPU measures: both match the training
-  // graph, on maps whose last tiles hang over the edge (65x33; 33x35: 5x5 at 1/8, two tiles
-  // of which the second has one row and column inside) and with channel counts it must leave
-  // to oneDNN (c0 = 20: not whole blocks).
+  // The plans' own Winograd F(4×4, 3×3) and F(6×6, 3×3) for dense 3×3 stride-1 convolutions
+  // (C1.1's second and third, C4.6's), each forced on, and off, whatever this CPU measures: all
+  // match the training graph, on maps whose last tiles hang over the edge (65x33; 33x35: 5x5 at
+  // 1/8, one F(6×6) tile with one row and column outside, two F(4×4) tiles of which the second
+  // has one row and column inside) and with channel counts it must leave to oneDNN (c0 = 20:
+  // not whole blocks).
   auto b = available_backends();
   if (std::find(b.begin(), b.end(), "onednn") == b.end()) GTEST_SKIP() << "no onednn backend on this CPU/build";
   for (const auto& cfg : {NetworkConfig{}, unaligned_config()}) {
@@ -425,32 +426,42 @@ TEST(Engine, WinogradConvolutionsMatchTheTrainingGraph) {
     ModelMeta meta = ModelMeta::generic(cfg.num_classes);
     EngineOptions o{"onednn"};
     o.profile = true;
-    auto wino = make_engine(net, meta, o), direct = make_engine(net, meta, o);
+    auto f4 = make_engine(net, meta, o), f6 = make_engine(net, meta, o), direct = make_engine(net, meta, o);
     for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {33, 35}}) {
       auto x = images(1, h, w);
       auto ref = reference(net, meta, x);
-      onednn_set_winograd(1);  // a plan is built at the first call of its size
-      auto got = wino->logits(x);
+      onednn_set_winograd(4);  // a plan is built at the first call of its size
+      auto got4 = f4->logits(x);
+      onednn_set_winograd(6);
+      auto got6 = f6->logits(x);
       onednn_set_winograd(0);
       auto base = direct->logits(x);
       onednn_set_winograd(-1);
-      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
-      std::printf("  c0=%lld %4lldx%-4lld winograd: labels %.5f  max |logit diff| %.2e; direct %.2e\n",
+      const double scale = std::max(1.0, ref.abs().max().item<double>());
+      std::printf("  c0=%lld %4lldx%-4lld F(4x4): labels %.5f  max |logit diff| %.2e; F(6x6): %.5f %.2e; direct %.2e\n",
                   static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
-                  agreement(got, ref), d, max_diff(base, ref));
-      EXPECT_GE(agreement(got, ref), 0.999) << h << "x" << w;
-      EXPECT_LT(d, 1e-4 * scale) << h << "x" << w;
+                  agreement(got4, ref), max_diff(got4, ref), agreement(got6, ref), max_diff(got6, ref),
+                  max_diff(base, ref));
+      for (const auto* got : {&got4, &got6}) {
+        EXPECT_GE(agreement(*got, ref), 0.999) << h << "x" << w;
+        EXPECT_LT(max_diff(*got, ref), 1e-4 * scale) << h << "x" << w;
+      }
       EXPECT_LT(max_diff(base, ref), 1e-4 * scale) << h << "x" << w;
     }
-    // The plans say which convolutions took it: all of C4.6's in the default network
-    // (32 and 64 channels), none in the forced-off engine.
-    const std::string pw = wino->profile(), pd = direct->profile();
-    EXPECT_EQ(pd.find("winograd_4x3"), std::string::npos) << pd;
+    // The plans say which convolutions took it, with which tile: all of C4.6's in the default
+    // network (32 and 64 channels), none in the forced-off engine.
+    const std::string p4 = f4->profile(), p6 = f6->profile(), pd = direct->profile();
+    EXPECT_EQ(pd.find("(winograd_"), std::string::npos) << pd;
+    EXPECT_EQ(p4.find("(winograd_6x3"), std::string::npos) << p4;
+    EXPECT_EQ(p6.find("(winograd_4x3"), std::string::npos) << p6;
     if (cfg.c0 % 8 == 0) {
-      EXPECT_NE(pw.find("semantic2.layers.5.conv3d (winograd_4x3"), std::string::npos) << pw;
-      EXPECT_NE(pw.find("init.conv2 (winograd_4x3"), std::string::npos) << pw;
+      EXPECT_NE(p4.find("semantic2.layers.5.conv3d (winograd_4x3"), std::string::npos) << p4;
+      EXPECT_NE(p4.find("init.conv2 (winograd_4x3"), std::string::npos) << p4;
+      EXPECT_NE(p6.find("semantic2.layers.5.conv3d (winograd_6x3"), std::string::npos) << p6;
+      EXPECT_NE(p6.find("init.conv2 (winograd_6x3"), std::string::npos) << p6;
     } else {
-      EXPECT_EQ(pw.find("init.conv2 (winograd_4x3"), std::string::npos) << pw;  // 20 channels
+      EXPECT_EQ(p4.find("init.conv2 (winograd_"), std::string::npos) << p4;  // 20 channels
+      EXPECT_EQ(p6.find("init.conv2 (winograd_"), std::string::npos) << p6;
     }
   }
 }

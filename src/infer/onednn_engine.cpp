@@ -71,7 +71,9 @@ std::atomic<bool> g_native_kernels{true};
 std::atomic<int> g_winograd{-1};
 }
 void onednn_use_native_kernels(bool on) { g_native_kernels.store(on, std::memory_order_relaxed); }
-void onednn_set_winograd(int mode) { g_winograd.store(mode < 0 ? -1 : mode > 0 ? 1 : 0, std::memory_order_relaxed); }
+void onednn_set_winograd(int mode) {
+  g_winograd.store(mode < 0 ? -1 : mode == 4 || mode == 6 ? mode : mode > 0 ? 1 : 0, std::memory_order_relaxed);
+}
 namespace onednn {
 int winograd_mode() { return g_winograd.load(std::memory_order_relaxed); }
 bool avx512_kernels() {

@@ -38,8 +38,10 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool 
 // checked on machines with these. Default true.
 void onednn_use_native_kernels(bool on);
 // Which dense 3×3 stride-1 convolutions of plans built from now on take the plans' own
-// Winograd F(4×4, 3×3): -1 (default) where it measures faster than oneDNN's kernels, 1 every
-// one it fits, 0 none. For tests, so that both paths stay checked whatever a CPU measures.
+// Winograd: -1 (default) where it measures faster than oneDNN's kernels, with the faster of
+// its F(4×4, 3×3) and F(6×6, 3×3) tiles; 1 every one it fits (the faster tile); 4 or 6 every
+// one it fits, with that tile; 0 none. For tests, so that every path stays checked whatever a
+// CPU measures.
 void onednn_set_winograd(int mode);
 
 }  // namespace lightseg

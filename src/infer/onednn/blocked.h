@@ -13,7 +13,8 @@ namespace lightseg::onednn {
 // (onednn_use_native_kernels).
 bool avx512_kernels();
 bool avx2_kernels();
-// onednn_set_winograd's mode: -1 measured, 1 always, 0 never.
+// onednn_set_winograd's mode: -1 measured, 1 always (the faster tile), 4 or 6 always with
+// that tile, 0 never.
 int winograd_mode();
 
 // An engine whose plans keep activations in nChw16c (b16: oneDNN's avx512_core kernels; the

@@ -362,27 +362,16 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
           release(xp.data, xp.floats());
           release(yp.data, yp.floats());
         }
-        // Our Winograd F(4×4, 3×3) (kernels/winograd.h), where it fits, against the best of these.
+        // Our Winograd F(4×4, 3×3) and F(6×6, 3×3) (kernels/winograd.h), where they fit, against
+        // the best of these; onednn_set_winograd(4 or 6) forces one tile.
         std::shared_ptr<WinogradConv> wino;
         double wino_seconds = 1e30;
+        const int wmode = winograd_mode();
         // (ReLU and sigmoid without a pass are oneDNN post-ops: not taken.)
-        if (!cands.empty() && !use_bf16 && cdst.fmt == View::Fmt::Blocked && winograd_mode() != 0 &&
+        if (!cands.empty() && !use_bf16 && cdst.fmt == View::Fmt::Blocked && wmode != 0 &&
             (pass || op.act == Act::None) &&
             winograd_fits(x, cdst, G, ekh, ekw, op.stride[0], op.stride[1], dh, dw)) {
-          wino = std::make_shared<WinogradConv>();
-          wino->src = x;
-          wino->dst = cdst;
-          wino->ph = ph;
-          wino->pw = pw;
-          wino->u = winograd_weights(w_plain);
-          const auto bias = op.bias.to(torch::kCPU, torch::kFloat32).contiguous();
-          wino->bias.assign(bias.data_ptr<float>(), bias.data_ptr<float>() + O);
-          run_winograd(*wino);
-          for (int r = 0; r < 3; ++r) {
-            auto t0 = std::chrono::steady_clock::now();
-            run_winograd(*wino);
-            wino_seconds = std::min(wino_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-          }
+          wino = fastest_winograd(x, cdst, ph, pw, w_plain, op.bias, wmode, &wino_seconds);
         }
         if (cands.size() > 1 || wino) {
           dnnl::stream s(eng_);
@@ -401,8 +390,9 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
         }
         auto best = std::min_element(cands.begin(), cands.end(),
                                      [](const Candidate& a, const Candidate& b) { return a.seconds < b.seconds; });
-        if (wino && (winograd_mode() == 1 || wino_seconds < best->seconds)) {
-          add_step(op.name + " (winograd_4x3: ours)", [wino](dnnl::stream&) { run_winograd(*wino); });
+        if (wino && (wmode > 0 || wino_seconds < best->seconds)) {
+          add_step(op.name + (wino->m == 6 ? " (winograd_6x3: ours)" : " (winograd_4x3: ours)"),
+                   [wino](dnnl::stream&) { run_winograd(*wino); });
         } else if (!cands.empty()) {
           views_[op.in[0]].fmt = best->fmt;  // the first convolution picks the normalised image's format
           params_.push_back(best->wbuf);
