@@ -37,7 +37,8 @@ bool winograd_fits(const View& x, const View& y, int64_t groups, int64_t kh, int
          x.fmt == View::Fmt::Blocked && !x.bf16 && !y.bf16 && x.C % kBlock == 0 && y.C % kBlock == 0;
 }
 
-// The weights' transform U = G g Gᵀ (in double), laid out for the products.
+// The weights' transform U = G g Gᵀ (in double), laid out for the products. The matrices
+// (G here, Bᵀ and Aᵀ in the transforms below): scripts/winograd_matrices.py.
 std::vector<float> winograd_weights(const torch::Tensor& weight, int m) {  // O×I×3×3, f32, contiguous
   const int64_t O = weight.size(0), I = weight.size(1);
   const float* w = weight.data_ptr<float>();
