@@ -231,7 +231,8 @@ template <int M>
 void run_winograd_m(const WinogradConv& c) {
   constexpr int A = M + 2;
   const int64_t th = (c.dst.H + M - 1) / M, tw = (c.dst.W + M - 1) / M;
-  const int64_t T = (tw + (tw + c.strip - 1) / c.strip - 1) / ((tw + c.strip - 1) / c.strip);  // balanced strips
+  const int64_t nstrips = (tw + c.strip - 1) / c.strip;  // strips of at most c.strip tiles,
+  const int64_t T = (tw + nstrips - 1) / nstrips;          // all of one size but the last
   const int64_t strips = (tw + T - 1) / T, items = c.dst.N * th * strips;
   const int64_t Cin = c.src.C, Cout = c.dst.C;
   at::parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
