@@ -10,6 +10,8 @@
 #include "lightseg/model/residual_block.h"
 #include "lightseg/network.h"
 #include "model/hooks.h"
+#include "model/phased_depthwise.h"
+#include "train/step.h"
 
 using namespace lightseg;
 
@@ -369,4 +371,93 @@ TEST(Layers, FastPReLUMatchesLibTorch) {
   auto x = torch::randn({2, 1, 5, 5});
   auto w = torch::full({1}, 0.25);
   EXPECT_TRUE(torch::allclose(model::prelu(x, w), torch::prelu(x, w)));
+}
+
+TEST(Layers, PhasedDepthwiseMatchesTheDilatedConvolution) {
+  // model::phased_depthwise (the dilated depthwise convolutions of CPU training) against
+  // LibTorch's dilated convolution in float32: output, input, weight and bias gradients, for
+  // sizes that are and are not multiples of the dilation, and unequal dilations.
+  struct Case { int64_t n, c, h, w, dh, dw, k; };
+  for (const Case& t : {Case{2, 16, 37, 29, 2, 2, 3}, Case{1, 8, 45, 60, 4, 4, 3}, Case{1, 8, 45, 60, 16, 16, 3},
+                        Case{2, 4, 20, 31, 2, 3, 3}, Case{1, 4, 23, 19, 3, 3, 5}}) {
+    SCOPED_TRACE(testing::Message() << t.h << "x" << t.w << " d" << t.dh << "x" << t.dw << " k" << t.k);
+    torch::manual_seed(3);
+    auto x0 = torch::randn({t.n, t.c, t.h, t.w}).contiguous(torch::MemoryFormat::ChannelsLast);
+    auto w0 = torch::randn({t.c, 1, t.k, t.k}) * 0.3, b0 = torch::randn({t.c});
+    auto g = torch::randn({t.n, t.c, t.h, t.w});
+    auto x1 = x0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true), b1 = b0.clone().requires_grad_(true);
+    auto x2 = x0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true), b2 = b0.clone().requires_grad_(true);
+    auto y1 = model::phased_depthwise(x1, w1, b1, t.dh, t.dw);
+    auto y2 = torch::conv2d(x2, w2, b2, 1, {t.dh * (t.k - 1) / 2, t.dw * (t.k - 1) / 2}, {t.dh, t.dw}, t.c);
+    EXPECT_TRUE(y1.is_contiguous(torch::MemoryFormat::ChannelsLast));
+    expect_close(y1, y2, 1e-5);
+    (y1 * g).sum().backward();
+    (y2 * g).sum().backward();
+    expect_close(x1.grad(), x2.grad(), 1e-5);
+    expect_close(w1.grad(), w2.grad(), 1e-3);  // sums over the whole batch and image
+    expect_close(b1.grad(), b2.grad(), 1e-3);
+  }
+  // Which convolutions conv() runs this way: dilated depthwise ones with a gradient to compute,
+  // in bfloat16 or at dilation >= 16.
+  auto dw16 = model::make_conv(model::ConvSpec::depthwise(8, 3, 1, 16));
+  auto dw8 = model::make_conv(model::ConvSpec::depthwise(8, 3, 1, 8));
+  auto dw2 = model::make_conv(model::ConvSpec::depthwise(8, 3, 1, 2));
+  auto dw1 = model::make_conv(model::ConvSpec::depthwise(8, 3, 1, 1));
+  auto dense = model::make_conv(model::ConvSpec::square(8, 8, 3, 1, 16));
+  auto x = torch::randn({1, 8, 20, 20});
+  EXPECT_TRUE(model::phased_depthwise_wanted(dw16, x));
+  EXPECT_FALSE(model::phased_depthwise_wanted(dw8, x));
+  EXPECT_FALSE(model::phased_depthwise_wanted(dw2, x));
+  EXPECT_TRUE(model::phased_depthwise_wanted(dw2, x.to(torch::kBFloat16)));
+  EXPECT_FALSE(model::phased_depthwise_wanted(dw1, x.to(torch::kBFloat16)));
+  EXPECT_FALSE(model::phased_depthwise_wanted(dense, x));
+  {
+    torch::NoGradGuard ng;  // inference: LibTorch's own convolution (its forward is right)
+    EXPECT_FALSE(model::phased_depthwise_wanted(dw16, x));
+  }
+  model::set_phased_depthwise(false);
+  EXPECT_FALSE(model::phased_depthwise_wanted(dw16, x));
+  model::set_phased_depthwise(true);
+  // and conv() gives the dilated convolution's result either way
+  auto xr = x.clone().requires_grad_(true);
+  expect_close(model::conv(dw16, xr), dw16->forward(x), 1e-5);
+}
+
+TEST(Layers, Bfloat16ConvolutionGradientsFollowTheFloat32Ones) {
+  // Every convolution of the default network, run as the trainer runs it (model::conv) under
+  // bf16 autocast (--precision bf16) and in float32, on the same input and output gradient:
+  // the bf16 weight and input gradients must point the float32 ones' way (bf16 rounding of
+  // the operands alone leaves a cosine above 0.999). LibTorch 1.13's oneDNN got the dilated
+  // depthwise convolutions' weight gradients wrong in bf16 (cosine about 0); conv() routes
+  // them through phased_depthwise.
+  torch::manual_seed(11);
+  Network net{NetworkConfig{}};
+  int checked = 0;
+  for (const auto& item : net->named_modules()) {
+    auto* c = item.value()->as<torch::nn::Conv2dImpl>();
+    if (!c) continue;
+    SCOPED_TRACE(item.key());
+    torch::nn::Conv2d conv(std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(item.value()));
+    const auto& o = c->options;
+    auto x0 = torch::randn({2, o.in_channels(), 24, 32}).contiguous(torch::MemoryFormat::ChannelsLast);
+    torch::Tensor g, gx[2], gw[2];
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      c->zero_grad();
+      auto x = x0.clone().requires_grad_(true);
+      set_autocast(at::kCPU, bf16 == 1);
+      auto y = model::conv(conv, x).to(torch::kFloat32);
+      set_autocast(at::kCPU, false);
+      if (!g.defined()) g = torch::randn_like(y);
+      (y * g).sum().backward();
+      gx[bf16] = x.grad().clone();
+      gw[bf16] = c->weight.grad().clone();
+    }
+    auto cosine = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return (a * b).sum().item<double>() / (a.norm() * b.norm()).item<double>();
+    };
+    EXPECT_GT(cosine(gw[0], gw[1]), 0.99) << "weight gradient";
+    EXPECT_GT(cosine(gx[0], gx[1]), 0.99) << "input gradient";
+    ++checked;
+  }
+  EXPECT_GT(checked, 40);
 }

@@ -1,5 +1,6 @@
 #include "lightseg/model/layers.h"
 #include "model/hooks.h"
+#include "model/phased_depthwise.h"
 
 #include "lightseg/features.h"
 #include "core/isa.h"
@@ -293,7 +294,9 @@ torch::Tensor prelu(const torch::Tensor& x, const torch::Tensor& slopes) {
 }
 
 torch::Tensor conv(const torch::nn::Conv2d& c, const torch::Tensor& x) {
-  torch::Tensor y = c.ptr()->forward(x);
+  torch::Tensor y = phased_depthwise_wanted(c, x)
+                        ? phased_depthwise(x, c->weight, c->bias, (*c->options.dilation())[0], (*c->options.dilation())[1])
+                        : c.ptr()->forward(x);
   if (MacCounter::enabled()) {
     const auto& o = c->options;
     const int64_t per_out = (*o.kernel_size())[0] * (*o.kernel_size())[1] * o.in_channels() / o.groups();

@@ -33,6 +33,8 @@ struct ConvSpec {
 torch::nn::Conv2d make_conv(const ConvSpec& s);
 
 // Runs a convolution (and counts its MACs while the MAC counter of src/model/hooks.h is on).
+// A dilated depthwise convolution being trained on the CPU runs as phased_depthwise
+// (src/model/phased_depthwise.h).
 torch::Tensor conv(const torch::nn::Conv2d& c, const torch::Tensor& x);
 
 // PReLU with one slope per channel: x > 0 ? x : slope_c · x. On the CPU (float32 or
