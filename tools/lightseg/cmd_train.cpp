@@ -284,10 +284,16 @@ void add_train(CLI::App& app, Args& a) {
     auto r = train(o, cb, col);
     line.done();
     if (o.rank != 0) return;
-    if (r.finished)
-      std::printf("finished %d epochs; best val mIoU %.4f; weights: %s/best.lsw\n", r.epochs_done, r.best_miou, a.out.c_str());
-    else
+    const bool scored = r.best_miou >= 0;  // no val split scored (--val-every 0, or none): no best.lsw either
+    if (r.finished && scored)
+      std::printf("finished %d epochs; best val mIoU %.4f; weights: %s/best.lsw (last epoch: last.lsw)\n", r.epochs_done,
+                  r.best_miou, a.out.c_str());
+    else if (r.finished)
+      std::printf("finished %d epochs (no val scored); weights of the last epoch: %s/last.lsw\n", r.epochs_done, a.out.c_str());
+    else if (scored)
       std::printf("stopped after %d epochs (resume with --resume); best val mIoU %.4f\n", r.epochs_done, r.best_miou);
+    else
+      std::printf("stopped after %d epochs (resume with --resume)\n", r.epochs_done);
   });
 }
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The CamVid trainval run behind the shipped default weights, resumable across sessions.
+#   scripts/train_camvid_trainval.sh [MINUTES]     (default 170)
+# - the schedule is configs/camvid-trainval.json's (CONFIG): train + val (468 images), from the
+#   300-epoch train-only weights, the chosen recipe, its epochs; fixed before the first epoch,
+#   and the last epoch is what ships (no score chooses a checkpoint: val is in the training set);
+# - the run folder lives outside the repository (RUN_DIR, default ../runs/camvid-trainval); if it
+#   has no checkpoint yet, the committed one (models/checkpoints/camvid-trainval-last.lsw) is the
+#   start, so no session's epochs are lost;
+# - trains niced until MINUTES have passed (checkpoint written), then copies the checkpoint back
+#   into models/checkpoints/ to be committed (once per session).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=${1:-170}
+CONFIG=${CONFIG:-configs/camvid-trainval.json}
+DATA=${CAMVID:-../shared/data/camvid}
+RUN_DIR=${RUN_DIR:-../runs/camvid-trainval}
+BIN=${LIGHTSEG_BIN:-build/bin/lightseg}
+CKPT=models/checkpoints/camvid-trainval-last.lsw
+mkdir -p "$RUN_DIR"
+if [ ! -f "$RUN_DIR/last.lsw" ] && [ -f "$CKPT" ]; then
+  cp "$CKPT" "$RUN_DIR/last.lsw"
+  echo "train_camvid_trainval: resuming from the committed checkpoint" >&2
+fi
+resume=()
+[ -f "$RUN_DIR/last.lsw" ] && resume=(--resume)
+nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --config "$CONFIG" --out "$RUN_DIR" \
+  --precision "${PRECISION:-bf16}" --time-limit "$MINUTES" ${THREADS:+--threads "$THREADS"} "${resume[@]}"
+mkdir -p models/checkpoints
+cp "$RUN_DIR/last.lsw" "$CKPT"
+echo "train_camvid_trainval: checkpoint copied to $CKPT (commit it once per session)" >&2
