@@ -98,6 +98,8 @@ void Trainer::check_process_group() {
   device_ = o_.device;
   if (device_.is_cuda() && !torch::cuda::is_available())
     throw std::runtime_error("device cuda: this LibTorch build has no CUDA or no GPU is visible");
+  // The crop is fixed: cuDNN's autotuner times each convolution's algorithms once and keeps the fastest.
+  if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
 }
 
 void Trainer::open_data() {
