@@ -55,8 +55,9 @@ if [ -n "$nvcc" ] && [ -x "$nvcc" ]; then
   fi
 fi
 # LibTorch 2.12 on needs C++20 in every TU that includes ATen.
+IFS=. read -r tv_major tv_minor _ <<<"$tv"
 std=17
-"$py" -c 'import sys, torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(0 if v >= (2, 12) else 1)' && std=20
+[ "$tv_major" -gt 2 ] || { [ "$tv_major" -eq 2 ] && [ "$tv_minor" -ge 12 ]; } && std=20
 std=${CXX_STANDARD:-$std}
 
 mkdir -p "$BUILD"
