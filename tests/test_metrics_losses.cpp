@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "train/fused_cross_entropy.h"
 #include "train/losses.h"
 #include "lightseg/metrics.h"
 #include "lightseg/train.h"
@@ -59,6 +60,74 @@ TEST(Losses, WeightedCrossEntropyIgnoresAndWeights) {
   double num = -(1.0 * lp[0][0][0][0].item<double>() + 3.0 * lp[0][2][0][1].item<double>() +
                  2.0 * lp[0][1][1][1].item<double>());
   EXPECT_NEAR(weighted_cross_entropy(logits, target, w).item<double>(), num / 6.0, 1e-5);
+}
+
+namespace {
+// torch's cross_entropy (the reference) and the fused one on the same logits: loss and the
+// gradient of 0.4 · loss (a scaled backward, as for the auxiliary heads' terms).
+void expect_fused_matches_torch(const torch::Tensor& base, const torch::Tensor& target, const torch::Tensor& w) {
+  auto run = [&](bool fused) {
+    set_fused_cross_entropy(fused);
+    auto z = base.detach().clone(at::MemoryFormat::Preserve).requires_grad_(true);
+    auto loss = weighted_cross_entropy(z, target, w);
+    (loss * 0.4).backward();
+    set_fused_cross_entropy(true);
+    return std::make_pair(loss.item<double>(), z.grad());
+  };
+  auto [ref_loss, ref_grad] = run(false);
+  auto [loss, grad] = run(true);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  EXPECT_TRUE(torch::allclose(grad, ref_grad, 1e-4, 1e-7)) << (grad - ref_grad).abs().max().item<double>();
+  EXPECT_EQ(grad.strides(), base.strides());
+}
+}  // namespace
+
+TEST(Losses, FusedCrossEntropyMatchesTorchInEveryLayout) {
+  torch::manual_seed(3);
+  // 2 × 64 × 72 pixels: more than one work item of the fused pass
+  auto nchw = torch::randn({2, 5, 64, 72}) * 3;
+  auto target = torch::randint(0, 6, {2, 64, 72}, torch::kLong);
+  target.masked_fill_(target == 5, 255);
+  auto w = torch::tensor({0.5f, 1.0f, 2.0f, 3.5f, 1.25f});
+  for (const auto& wt : {torch::Tensor(), w}) {
+    expect_fused_matches_torch(nchw, target, wt);
+    expect_fused_matches_torch(nchw.contiguous(at::MemoryFormat::ChannelsLast), target, wt);
+  }
+  // a strided view (every other column) is copied to a dense layout first
+  auto wide = torch::randn({2, 5, 64, 144});
+  auto view = wide.slice(3, 0, 144, 2);
+  set_fused_cross_entropy(false);
+  double ref = weighted_cross_entropy(view, target, w).item<double>();
+  set_fused_cross_entropy(true);
+  EXPECT_NEAR(weighted_cross_entropy(view, target, w).item<double>(), ref, 1e-5 * std::abs(ref));
+}
+
+TEST(Losses, FusedCrossEntropyIsTheSameOnAnyNumberOfThreads) {
+  torch::manual_seed(4);
+  auto z = torch::randn({3, 11, 90, 120}).contiguous(at::MemoryFormat::ChannelsLast);
+  auto target = torch::randint(0, 11, {3, 90, 120}, torch::kLong);
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  const double one = fused_cross_entropy(z, target).item<double>();
+  torch::set_num_threads(2);
+  const double two = fused_cross_entropy(z, target).item<double>();
+  torch::set_num_threads(threads);
+  EXPECT_EQ(one, two);
+}
+
+TEST(Losses, FusedCrossEntropyRejectsBadLabelsAndHasNoLossWithoutPixels) {
+  auto z = torch::randn({1, 3, 4, 4});
+  auto target = torch::zeros({1, 4, 4}, torch::kLong);
+  target[0][2][1] = 3;  // not a class, not the ignore label
+  EXPECT_THROW(fused_cross_entropy(z, target), std::invalid_argument);
+  target[0][2][1] = -1;
+  EXPECT_THROW(fused_cross_entropy(z, target), std::invalid_argument);
+  EXPECT_THROW(fused_cross_entropy(z, torch::zeros({1, 4, 5}, torch::kLong)), std::invalid_argument);
+  EXPECT_THROW(fused_cross_entropy(z.to(torch::kDouble), torch::zeros({1, 4, 4}, torch::kLong)), std::invalid_argument);
+  // every pixel ignored: NaN, as torch's mean over no pixels (the trainer skips such a step)
+  auto none = torch::full({1, 4, 4}, 255, torch::kLong);
+  EXPECT_TRUE(std::isnan(fused_cross_entropy(z, none).item<double>()));
+  EXPECT_TRUE(std::isnan(fused_cross_entropy(z, none, torch::tensor({1.0f, 2.0f, 3.0f})).item<double>()));
 }
 
 TEST(Losses, OhemKeepsHardPixelsButAtLeastMinKept) {

@@ -19,7 +19,8 @@ torch::Tensor phased_depthwise(const torch::Tensor& x, const torch::Tensor& weig
                                int64_t dh, int64_t dw);
 // Whether conv() takes phased_depthwise for c on x: a dilated, stride-1 depthwise convolution
 // on the CPU with a gradient to compute, in bfloat16 (autocast or a bfloat16 input) or at
-// dilation ≥ 16; and set_phased_depthwise(true), the default (false: never, for A/B tests).
+// dilation ≥ 16; and set_phased_depthwise(true), the default (false: never, for A/B tests; the environment
+// variable LIGHTSEG_PHASED_DEPTHWISE=0 starts a process with it off).
 bool phased_depthwise_wanted(const torch::nn::Conv2d& c, const torch::Tensor& x);
 void set_phased_depthwise(bool on);
 

@@ -2,12 +2,17 @@
 
 #include <algorithm>
 
+#include "train/fused_cross_entropy.h"
+
 namespace lightseg {
 
 namespace F = torch::nn::functional;
 
 torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target,
                                      const torch::Tensor& weight) {
+  if (fused_cross_entropy_enabled() && logits.dim() == 4 && logits.device().is_cpu() &&
+      logits.scalar_type() == torch::kFloat32)
+    return fused_cross_entropy(logits, target, weight, 255);
   auto o = F::CrossEntropyFuncOptions().ignore_index(255);
   if (weight.defined()) o.weight(weight.to(logits.device(), logits.scalar_type()));
   return F::cross_entropy(logits, target, o);
