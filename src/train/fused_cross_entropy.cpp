@@ -27,15 +27,15 @@ struct Sums {
 };
 
 // One pass: per pixel, the log-sum-exp over the C logits, the weighted loss, and (with g) the
-// gradient softmax − one-hot times weight / total_weight.
+// gradient softmax − one-hot times weight / total.
 Sums forward_pass(const torch::Tensor& z, const torch::Tensor& y, const torch::Tensor& w, int64_t ignore,
-                  double total_weight, float* g) {
+                  double total, float* g) {
   const int64_t N = z.size(0), C = z.size(1), H = z.size(2), W = z.size(3), HW = H * W, P = N * HW;
   const int64_t sN = z.stride(0), sC = z.stride(1), sH = z.stride(2), sW = z.stride(3);
   const float* zp = z.data_ptr<float>();
   const int64_t* yp = y.data_ptr<int64_t>();
   const float* wp = w.data_ptr<float>();
-  const float inv_total = static_cast<float>(1.0 / total_weight);
+  const float inv_total = static_cast<float>(1.0 / total);
   const int64_t chunks = (P + kChunk - 1) / kChunk;
   std::vector<Sums> part(static_cast<size_t>(chunks));
   at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
@@ -85,17 +85,36 @@ Sums forward_pass(const torch::Tensor& z, const torch::Tensor& y, const torch::T
   return all;
 }
 
+// Σ over the labelled pixels of their class's weight, from per-block class counts (labels out
+// of range are left to forward_pass to report).
+double total_weight(const torch::Tensor& y, const torch::Tensor& w, int64_t ignore) {
+  const int64_t C = w.numel(), P = y.numel(), chunks = (P + kChunk - 1) / kChunk;
+  const int64_t* yp = y.data_ptr<int64_t>();
+  std::vector<int64_t> counts(static_cast<size_t>(chunks * C), 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t* n = counts.data() + k * C;
+      for (int64_t p = k * kChunk, p1 = std::min(P, p + kChunk); p < p1; ++p)
+        if (yp[p] != ignore && yp[p] >= 0 && yp[p] < C) ++n[yp[p]];
+    }
+  });
+  const float* wp = w.data_ptr<float>();
+  double total = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t n = 0;
+    for (int64_t k = 0; k < chunks; ++k) n += counts[static_cast<size_t>(k * C + c)];
+    total += static_cast<double>(wp[c]) * static_cast<double>(n);
+  }
+  return total;
+}
+
 class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
                                const torch::Tensor& target, const torch::Tensor& weight, int64_t ignore) {
     // The total weight first (one pass over the labels), so that the one pass over the logits
     // writes the finished gradient.
-    torch::Tensor valid = target != ignore;
-    torch::Tensor labels = target.masked_select(valid);
-    double total = 0;
-    if (labels.numel() > 0 && labels.min().item<int64_t>() >= 0 && labels.max().item<int64_t>() < logits.size(1))
-      total = weight.to(torch::kDouble).index_select(0, labels).sum().item<double>();
+    const double total = total_weight(target, weight, ignore);
     const bool want_grad = logits.requires_grad();
     torch::Tensor grad;
     if (want_grad) grad = torch::empty_strided(logits.sizes(), logits.strides(), logits.options());
