@@ -38,7 +38,7 @@ while [ "$MINUTES" -gt 0 ] && [ $SECONDS -lt $end ]; do
     turn=$(( left < TURN ? left : TURN ))
     echo "recipe_study: $arm (epoch $done_epochs of $EPOCHS), $turn min" >&2
     nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --out "$out" --config "$cfg" \
-      --epochs "$EPOCHS" --batch 8 --crop 360x480 --val-every 2 --seed 1 --precision "${PRECISION:-bf16}" \
+      --epochs "$EPOCHS" --batch 8 --crop 360x480 --val-every 2 --seed 1 --precision "${PRECISION:-auto}" \
       --time-limit "$turn" --resume ${THREADS:+--threads "$THREADS"}
     progressed=1
   done

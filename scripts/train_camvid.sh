@@ -19,10 +19,11 @@ if [ ! -f "$RUN_DIR/last.lsw" ] && [ -f models/checkpoints/camvid-last.lsw ]; th
   cp models/checkpoints/camvid-last.lsw "$RUN_DIR/last.lsw"
   echo "train_camvid: resuming from the committed checkpoint" >&2
 fi
-# bf16 autocast (~1.3x images/s on AVX512-BF16 CPUs; PRECISION=fp32 for float32). Two early
+# auto: bf16 autocast on CPUs with native bf16 (~1.3x images/s on AVX512-BF16), else fp32 (bf16
+# emulated is ~10x slower); PRECISION=fp32 or bf16 to force one. Two early
 # bf16 stretches of the CamVid run ended in a NaN loss (epochs 35 and 52); since the trainer
 # skips non-finite steps (epoch 83 on), 98 bf16 epochs skipped one step (epoch 169).
-PRECISION=${PRECISION:-bf16}
+PRECISION=${PRECISION:-auto}
 nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --out "$RUN_DIR" \
   --epochs 300 --batch 8 --lr 1e-3 --crop 360x480 --val-every 2 --time-limit "$MINUTES" --resume \
   --precision "$PRECISION"

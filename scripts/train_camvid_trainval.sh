@@ -25,7 +25,7 @@ fi
 resume=()
 [ -f "$RUN_DIR/last.lsw" ] && resume=(--resume)
 nice -n "${NICE:-10}" "$BIN" train --data "$DATA" --dataset camvid --config "$CONFIG" --out "$RUN_DIR" \
-  --precision "${PRECISION:-bf16}" --time-limit "$MINUTES" ${THREADS:+--threads "$THREADS"} "${resume[@]}"
+  --precision "${PRECISION:-auto}" --time-limit "$MINUTES" ${THREADS:+--threads "$THREADS"} "${resume[@]}"
 mkdir -p models/checkpoints
 cp "$RUN_DIR/last.lsw" "$CKPT"
 echo "train_camvid_trainval: checkpoint copied to $CKPT (commit it once per session)" >&2

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "lightseg/runtime.h"
+
 namespace lightseg {
 
 IsaLevel max_isa_level() {
@@ -24,6 +26,14 @@ const char* isa_level_name(IsaLevel level) {
     case IsaLevel::Avx512Bf16: return "avx512_bf16";
   }
   return "?";
+}
+
+bool cpu_has_native_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return max_isa_level() >= IsaLevel::Avx512Bf16 && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
 }
 
 void apply_isa_cap_to_onednn() {

@@ -62,7 +62,8 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
         sub->add_option("--precision", a.precision,
                         "Compute type: fp32, bf16 or fp16 (fp16: CUDA only; bf16 on the CPU: onednn backend, "
                         "CPUs with AVX512-BF16 or AMX)")
-            ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+            ->check(sub->get_name() == "train" ? CLI::IsMember({"auto", "fp32", "bf16"})
+                                               : CLI::IsMember({"fp32", "fp16", "bf16"}))
             ->capture_default_str();
         break;
       case Opt::Onnx:

@@ -162,7 +162,9 @@ void add_train(CLI::App& app, Args& a) {
   add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Config, Opt::Device, Opt::Threads, Opt::Out, Opt::Precision});
   sub->get_option("--out")->required()->description("Run folder (checkpoints, log.jsonl, curve.svg)");
   sub->get_option("--precision")
-      ->description("fp32, or bf16: bf16 autocast (CUDA: on by default; CPU: worth it with AVX512-BF16/AMX)");
+      ->description("auto, fp32 or bf16 (bf16 autocast). auto: bf16 on CUDA and on CPUs that compute bf16 natively "
+                    "(AVX512-BF16/AMX), else fp32. Unset: the run's stored choice (--resume), else the defaults "
+                    "(CUDA bf16, CPU fp32)");
   static TrainArgs t;
   const nlohmann::json defaults = nlohmann::json::parse(TrainOptions{}.to_json_string());
   for (size_t i = 0; i < std::size(kTrainFlags); ++i) {
@@ -193,8 +195,8 @@ void add_train(CLI::App& app, Args& a) {
     if (kTrainFlags[i].kind != Kind::Value) t.options[i] = dist->add_flag(kTrainFlags[i].flag, t.switches[i], kTrainFlags[i].help);
   dist->add_option("--dist-timeout", t.dist_timeout, "Seconds before a rank gives up on a dead or stuck peer")->capture_default_str();
   sub->callback([&a, sub]() {
-    if (a.precision != "fp32" && a.precision != "bf16")
-      throw std::invalid_argument("train --precision must be fp32 or bf16 (fp16 would need loss scaling), got '" +
+    if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "auto")
+      throw std::invalid_argument("train --precision must be auto, fp32 or bf16 (fp16 would need loss scaling), got '" +
                                   a.precision + "'");
     if (t.nproc > 1) {
       const int total = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -227,7 +229,13 @@ void add_train(CLI::App& app, Args& a) {
     o.out_dir = a.out;
     if (sub->count("--dataset") || o.dataset.empty()) o.dataset = a.dataset;
     if (sub->count("--device")) o.device = torch::Device(a.device);
-    if (sub->count("--precision")) o.amp = o.amp_cpu = a.precision == "bf16";
+    if (sub->count("--precision")) {
+      o.amp = a.precision != "fp32";
+      o.amp_cpu = a.precision == "bf16" || (a.precision == "auto" && cpu_has_native_bf16());
+    }
+    if (!o.device.is_cuda() && o.amp_cpu && !cpu_has_native_bf16())
+      std::fprintf(stderr, "warning: bf16 training on a CPU without native bf16 (AVX512-BF16/AMX): it is emulated "
+                           "and about 10x slower than fp32 here; --precision auto or fp32 picks fp32\n");
     o.time_limit_min = t.time_limit;
     o.resume = t.resume;
     o.rank = dc.rank;
