@@ -288,7 +288,8 @@ void add_train(CLI::App& app, Args& a) {
     if (o.rank != 0) cb.on_iteration = nullptr;
     line.print(who + o.dataset + " from " + o.data + " → " + o.out_dir + "  (" + std::to_string(threads) +
                " threads, batch " + std::to_string(o.batch) + ", crop " + std::to_string(o.crop_h) + "x" +
-               std::to_string(o.crop_w) + ", " + std::to_string(o.epochs) + " epochs)");
+               std::to_string(o.crop_w) + ", " + std::to_string(o.epochs) + " epochs, " +
+               ((o.device.is_cuda() ? o.amp : o.amp_cpu) ? "bf16 autocast" : "fp32") + ")");
     auto r = train(o, cb, col);
     line.done();
     if (o.rank != 0) return;
