@@ -44,11 +44,14 @@ def main():
     ap.add_argument("--note", default="", help="a paragraph added to the card (e.g. how the run changed)")
     ap.add_argument("--last", action="store_true",
                     help="the weights are the finished run's last epoch (not a checkpoint chosen on val)")
+    ap.add_argument("--hardware", default="", help="where the run trained, when not this machine alone")
     a = ap.parse_args()
 
     h = header(a.weights)
     train = h.get("extra", {}).get("train", {})
     opts = train.get("options", {})
+    if opts.get("train_split") == "trainval":
+        return trainval_card(a, h, train, opts)
     log = [json.loads(l) for l in open(os.path.join(a.run, "log.jsonl")) if l.strip()]
     chosen = train.get("epoch", len(log))
     hours = sum(r["seconds"] for r in log) / 3600
@@ -132,6 +135,114 @@ Reproduce the figures:
     with open(a.out + ".md", "w") as f:
         f.write(md)
     print(f"wrote {a.out}.md, {a.out}.json, {a.out}-curve.svg (val mIoU {ev['miou']:.4f})")
+
+
+def trainval_card(a, h, train, opts):
+    """The card of weights trained on train + val: no split of the data folder is unseen, so no
+    score is given for them; the card states the protocol exactly, and val only for the train-only
+    weights the run started from (their own card)."""
+    log = [json.loads(l) for l in open(os.path.join(a.run, "log.jsonl")) if l.strip()]
+    done, planned = len(log), opts.get("epochs")
+    finished = a.last and done == planned
+    init = opts.get("init_weights", "")
+    init_card = {}
+    if init and os.path.exists(os.path.splitext(init)[0] + ".json"):
+        init_card = json.load(open(os.path.splitext(init)[0] + ".json"))
+    init_epochs = init_card.get("epochs_trained", 0)
+    info = run_json([a.bin, "info", "--weights", a.weights, "--size", "360x480", "--json"])
+    info_hd = run_json([a.bin, "info", "--weights", a.weights, "--size", "512x1024", "--json"])
+    shutil.copyfile(os.path.join(a.run, "curve.svg"), a.out + "-curve.svg")
+    crop = opts.get("crop", [360, 480])
+    recipe = {k: opts.get(k) for k in ["optimizer", "lr", "weight_decay", "batch", "crop", "scale_min", "scale_max",
+                                         "flip", "jitter", "loss", "poly_power", "warmup_epochs", "epochs", "seed",
+                                         "aux_weight", "ema_decay"]}
+    protocol = {
+        "training_data": "CamVid train + val (367 + 101 = 468 images, 480x360, 11 classes, SegNet split)",
+        "stage_1": (f"{init_epochs} epochs on train only, from scratch (random initialisation, no ImageNet): "
+                    f"{init} ({os.path.splitext(os.path.basename(init))[0]}.md)") if init else "none: from scratch",
+        "stage_2": (f"{planned} epochs on train + val from the stage-1 weights, learning-rate schedule restarted "
+                    f"(poly {opts.get('poly_power')} with {opts.get('warmup_epochs')} warm-up epoch), crops "
+                    f"{crop[0]}x{crop[1]}, scale {opts.get('scale_min')}-{opts.get('scale_max')}, "
+                    f"flip {'on' if opts.get('flip') else 'off'}, loss {opts.get('loss')}, seed {opts.get('seed')}"),
+        "epochs_in_all": init_epochs + (planned or 0),
+        "selection": "the last epoch, fixed before the run started; no checkpoint chosen by any score",
+        "evaluation": "full 360x480 images (the data's own size), single scale, no test-time augmentation "
+                      "(no flip, no multi-scale): lightseg eval --split test on a data folder that has it",
+    }
+    train_cmd = ("scripts/train_camvid_trainval.sh MINUTES   (lightseg train --data ../shared/data/camvid --dataset camvid "
+                 "--config configs/camvid-trainval.json --out ../runs/camvid-trainval --precision auto "
+                 "--time-limit MINUTES --resume)")
+    hours = sum(r["seconds"] for r in log) / 3600
+    card = {
+        "name": os.path.basename(a.out),
+        "weights": a.weights,
+        "dataset": protocol["training_data"],
+        "protocol": protocol,
+        "train_command": train_cmd,
+        "recipe": recipe,
+        "epochs_trained": done,
+        "epochs_planned": planned,
+        "finished": finished,
+        "wall_time_hours": round(hours, 2),
+        "hardware": a.hardware or f"{cpu_name()}, {os.cpu_count()} cores (CPU only)",
+        "val_miou": None,
+        "val_note": "not reported: val is training data here",
+        "init_weights_val_miou": init_card.get("val_miou"),
+        "init_weights_val_per_class_iou": init_card.get("val_per_class_iou"),
+        "params": info["params"],
+        "macs_360x480": info["macs"],
+        "macs_512x1024": info_hd["macs"],
+        "curve": os.path.basename(a.out) + "-curve.svg",
+        "note": a.note,
+        "selection": "last epoch",
+    }
+    with open(a.out + ".json", "w") as f:
+        json.dump(card, f, indent=2)
+    if finished:
+        status = (f"**Status: finished** ({done} of {planned} trainval epochs, {protocol['epochs_in_all']} in all); "
+                  "these are the weights of the last epoch, chosen by no score.")
+    else:
+        status = (f"**Status: training is still in progress** ({done} of {planned} trainval epochs); "
+                  "these weights are the latest checkpoint, not the shipped result.")
+    init_val = ""
+    if init_card.get("val_per_class_iou"):
+        rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in init_card["val_per_class_iou"].items())
+        init_val = (f"\nVal is in the training data of these weights, so no val score is given for them. The stage-1 "
+                    f"weights (train only) score **{init_card['val_miou']:.4f}** val mIoU:\n\n| class | val IoU "
+                    f"(stage 1, `{init}`) |\n|---|---|\n{rows}\n")
+    steps = "\n".join(f"- {k.replace('_', ' ')}: {v}" for k, v in protocol.items())
+    md = f"""# Model card: {card['name']}
+
+The default network of [docs/NETWORK.md](../docs/NETWORK.md) trained from scratch on CamVid train + val with
+`lightseg train`, under the protocol of the published < 1 M-parameter networks (DABNet, FBSNet, ...).
+{status}
+
+| | |
+|---|---|
+| weights | `{a.weights}` (self-describing: config, classes, palette, normalisation) |
+| parameters | {card['params']:,} |
+| MACs | {card['macs_360x480']/1e9:.2f} G at 360×480, {card['macs_512x1024']/1e9:.2f} G at 512×1024 |
+| data | {card['dataset']} |
+| epochs | {done} of {planned} on train + val, after {init_epochs} on train only ({protocol['epochs_in_all']} in all) |
+| wall time | {card['wall_time_hours']} h (train + val stage) on {card['hardware']} |
+| val mIoU | not reported: val is training data here |
+
+Protocol:
+
+{steps}
+
+Training command (resumable; the run folder stays outside the repository):
+
+    {train_cmd}
+
+Recipe: {json.dumps(recipe)}.
+{(chr(10) + a.note + chr(10)) if a.note else ''}{init_val}
+![training curve]({card['curve']})
+"""
+    with open(a.out + ".md", "w") as f:
+        f.write(md)
+    print(f"wrote {a.out}.md, {a.out}.json, {a.out}-curve.svg ({done} of {planned} trainval epochs, "
+          f"{'finished' if finished else 'in progress'})")
 
 
 if __name__ == "__main__":
