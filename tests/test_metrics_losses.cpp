@@ -5,6 +5,7 @@
 
 #include "train/fused_cross_entropy.h"
 #include "train/losses.h"
+#include "train/step_time.h"
 #include "lightseg/metrics.h"
 #include "lightseg/train.h"
 
@@ -143,6 +144,22 @@ TEST(Losses, OhemKeepsHardPixelsButAtLeastMinKept) {
   // min_kept 4/16 → the 4 hardest pixels
   auto top = std::get<0>(ce.reshape(-1).topk(4)).mean().item<double>();
   EXPECT_NEAR(ohem_cross_entropy(logits, target, 0.7, 0.25).item<double>(), top, 1e-5);
+}
+
+// The ETA's step time follows the current speed: the slow first step is dropped, and after a
+// slowdown the estimate reaches the new step time (a whole-run mean would stay between).
+TEST(Schedule, StepTimeEstimateDropsTheFirstStepAndFollowsTheCurrentSpeed) {
+  StepTimeEstimate e;
+  EXPECT_EQ(e.seconds_per_step(), 0.0);
+  e.add(60.0);  // warm-up
+  EXPECT_DOUBLE_EQ(e.seconds_per_step(), 60.0);
+  e.add(1.0);
+  EXPECT_DOUBLE_EQ(e.seconds_per_step(), 1.0);
+  for (int i = 0; i < 200; ++i) e.add(1.0);
+  EXPECT_NEAR(e.seconds_per_step(), 1.0, 1e-9);
+  for (int i = 0; i < 100; ++i) e.add(2.0);
+  EXPECT_NEAR(e.seconds_per_step(), 2.0, 0.02);  // 0.95^100 of the old 1 s is left: < 0.6 %
+  EXPECT_EQ(e.steps(), 302);
 }
 
 TEST(Schedule, PolyWithWarmup) {

@@ -25,6 +25,7 @@
 #include "train/run_folder.h"
 #include "train/schedule.h"
 #include "train/step.h"
+#include "train/step_time.h"
 
 namespace lightseg {
 
@@ -367,8 +368,7 @@ TrainResult Trainer::run() {
   TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward});
   t_start_ = Clock::now();
   result_.best_miou = state_.best_miou;
-  double step_time_avg = 0;  // running mean of seconds per iteration (for the ETA)
-  int64_t steps_timed = 0;
+  StepTimeEstimate step_time;  // seconds per iteration, for the ETA
   int skips_in_row = 0;
   TrainState& s = state_;
   const SegDataset& train_ds = *train_ds_;
@@ -445,8 +445,7 @@ TrainResult Trainer::run() {
       }
       s.part_images += static_cast<int64_t>(batch.indices.size());
       const double dt = seconds_since(t_it);
-      step_time_avg = (step_time_avg * steps_timed + dt) / (steps_timed + 1);
-      ++steps_timed;
+      step_time.add(dt);
       if (lead_ && cb_.on_iteration) {
         TrainProgress p;
         p.epoch = epoch + 1;
@@ -457,7 +456,7 @@ TrainResult Trainer::run() {
         p.lr = lr;
         const double el = s.part_seconds + seconds_since(t_epoch);
         p.images_per_s = el > 0 ? s.part_images * o_.world / el : 0;
-        p.eta_s = step_time_avg * static_cast<double>((o_.epochs - epoch - 1) * iters_per_epoch + (iters - s.batch));
+        p.eta_s = step_time.seconds_per_step() * static_cast<double>((o_.epochs - epoch - 1) * iters_per_epoch + (iters - s.batch));
         p.data_wait_share = el > 0 ? (s.part_wait + loader.wait_seconds() - wait_before) / el : 0;
         p.allreduce_share = el > 0 && grad_sync_ ? (grad_sync_->seconds() - allreduce_before) / el : 0;
         cb_.on_iteration(p);
