@@ -34,6 +34,22 @@ def cpu_name():
     return platform.processor() or "unknown"
 
 
+def size_rows(a, card):
+    """The card table's first rows: the weights file, its parameters and MACs."""
+    return (f"| weights | `{a.weights}` (self-describing: config, classes, palette, normalisation) |\n"
+            f"| parameters | {card['params']:,} |\n"
+            f"| MACs | {card['macs_360x480']/1e9:.2f} G at 360×480, {card['macs_512x1024']/1e9:.2f} G at 512×1024 |")
+
+
+def run_facts(a):
+    """The run's epoch log and the network's size at both card resolutions; copies the curve."""
+    log = [json.loads(l) for l in open(os.path.join(a.run, "log.jsonl")) if l.strip()]
+    info = run_json([a.bin, "info", "--weights", a.weights, "--size", "360x480", "--json"])
+    info_hd = run_json([a.bin, "info", "--weights", a.weights, "--size", "512x1024", "--json"])
+    shutil.copyfile(os.path.join(a.run, "curve.svg"), a.out + "-curve.svg")
+    return log, info, info_hd
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--weights", required=True)
@@ -52,14 +68,11 @@ def main():
     opts = train.get("options", {})
     if opts.get("train_split") == "trainval":
         return trainval_card(a, h, train, opts)
-    log = [json.loads(l) for l in open(os.path.join(a.run, "log.jsonl")) if l.strip()]
+    log, info, info_hd = run_facts(a)
     chosen = train.get("epoch", len(log))
     hours = sum(r["seconds"] for r in log) / 3600
     ev_cmd = [a.bin, "eval", "--data", a.data, "--dataset", "camvid", "--split", "val", "--weights", a.weights, "--json"]
     ev = run_json(ev_cmd)
-    info = run_json([a.bin, "info", "--weights", a.weights, "--size", "360x480", "--json"])
-    info_hd = run_json([a.bin, "info", "--weights", a.weights, "--size", "512x1024", "--json"])
-    shutil.copyfile(os.path.join(a.run, "curve.svg"), a.out + "-curve.svg")
 
     train_cmd = ("lightseg train --data ../shared/data/camvid --dataset camvid --out ../runs/camvid "
                  f"--epochs {opts.get('epochs')} --batch {opts.get('batch')} --lr {opts.get('lr')} "
@@ -108,9 +121,7 @@ The default network of [docs/NETWORK.md](../docs/NETWORK.md) trained from scratc
 
 | | |
 |---|---|
-| weights | `{a.weights}` (self-describing: config, classes, palette, normalisation) |
-| parameters | {card['params']:,} |
-| MACs | {card['macs_360x480']/1e9:.2f} G at 360×480, {card['macs_512x1024']/1e9:.2f} G at 512×1024 |
+{size_rows(a, card)}
 | data | {card['dataset']} |
 | epochs | {card['epochs_trained']} trained (checkpoint from epoch {chosen}), {card['epochs_planned']} planned |
 | wall time | {card['wall_time_hours']} h on {card['hardware']} |
@@ -141,7 +152,7 @@ def trainval_card(a, h, train, opts):
     """The card of weights trained on train + val: no split of the data folder is unseen, so no
     score is given for them; the card states the protocol exactly, and val only for the train-only
     weights the run started from (their own card)."""
-    log = [json.loads(l) for l in open(os.path.join(a.run, "log.jsonl")) if l.strip()]
+    log, info, info_hd = run_facts(a)
     done, planned = len(log), opts.get("epochs")
     finished = a.last and done == planned
     init = opts.get("init_weights", "")
@@ -149,9 +160,6 @@ def trainval_card(a, h, train, opts):
     if init and os.path.exists(os.path.splitext(init)[0] + ".json"):
         init_card = json.load(open(os.path.splitext(init)[0] + ".json"))
     init_epochs = init_card.get("epochs_trained", 0)
-    info = run_json([a.bin, "info", "--weights", a.weights, "--size", "360x480", "--json"])
-    info_hd = run_json([a.bin, "info", "--weights", a.weights, "--size", "512x1024", "--json"])
-    shutil.copyfile(os.path.join(a.run, "curve.svg"), a.out + "-curve.svg")
     crop = opts.get("crop", [360, 480])
     recipe = {k: opts.get(k) for k in ["optimizer", "lr", "weight_decay", "batch", "crop", "scale_min", "scale_max",
                                          "flip", "jitter", "loss", "poly_power", "warmup_epochs", "epochs", "seed",
@@ -219,9 +227,7 @@ The default network of [docs/NETWORK.md](../docs/NETWORK.md) trained from scratc
 
 | | |
 |---|---|
-| weights | `{a.weights}` (self-describing: config, classes, palette, normalisation) |
-| parameters | {card['params']:,} |
-| MACs | {card['macs_360x480']/1e9:.2f} G at 360×480, {card['macs_512x1024']/1e9:.2f} G at 512×1024 |
+{size_rows(a, card)}
 | data | {card['dataset']} |
 | epochs | {done} of {planned} on train + val, after {init_epochs} on train only ({protocol['epochs_in_all']} in all) |
 | wall time | {card['wall_time_hours']} h (train + val stage) on {card['hardware']} |
