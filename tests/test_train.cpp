@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -249,6 +250,33 @@ TEST(Train, ResumeRemovesStaleTemporariesOfKilledCheckpointWrites) {
   // best.lsw: rewritten only if epoch 2 scored higher; either way a complete weights file
   EXPECT_NO_THROW(read_weights((run / "best.lsw").string()));
   if (r.best_miou == r.history[0].miou) EXPECT_EQ(read_file((run / "best.lsw").string()), best_before);
+  fs::remove_all(dir);
+}
+
+TEST(Train, ACheckpointCopiedIntoANewFolderBringsItsLogAndCurve) {
+  // the run folder's log.jsonl and curve.svg are lost (a new machine), its checkpoint is not:
+  // resuming it in a new folder rewrites both from the checkpoint's history, also when the
+  // schedule is finished and no epoch is left to train
+  auto dir = fixtures::temp_dir("ckptlog");
+  fixtures::make_shapes_dataset(dir / "data", 4, 1);
+  auto o = tiny(dir / "data", dir / "run");
+  o.epochs = 2;
+  o.val_every = 0;
+  o.loss = "ce";
+  ASSERT_TRUE(train(o, {}).finished);
+  const std::string log = read_file((dir / "run" / "log.jsonl").string());
+  ASSERT_EQ(std::count(log.begin(), log.end(), '\n'), 2);
+  fs::create_directories(dir / "copy");
+  fs::copy_file(dir / "run" / "last.lsw", dir / "copy" / "last.lsw");
+  const std::string ckpt = read_file((dir / "copy" / "last.lsw").string());
+  o.out_dir = (dir / "copy").string();
+  o.resume = true;
+  auto r = train(o, {});
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.history.size(), 2u);
+  EXPECT_EQ(read_file((dir / "copy" / "log.jsonl").string()), log);
+  EXPECT_EQ(read_file((dir / "copy" / "curve.svg").string()), read_file((dir / "run" / "curve.svg").string()));
+  EXPECT_EQ(read_file((dir / "copy" / "last.lsw").string()), ckpt);  // nothing trained, nothing rewritten
   fs::remove_all(dir);
 }
 

@@ -183,8 +183,11 @@ void Trainer::read_checkpoint() {
     state_.part_loss = state_.part_seconds = state_.part_wait = 0;
     state_.part_count = state_.part_images = state_.part_skipped = 0;
   }
-  say("resuming from " + last_path_ + " at epoch " + std::to_string(state_.epoch + 1) + ", batch " +
-      std::to_string(state_.batch));
+  if (state_.epoch >= o_.epochs)
+    say(last_path_ + " has finished its " + std::to_string(o_.epochs) + " epochs: nothing left to train");
+  else
+    say("resuming from " + last_path_ + " at epoch " + std::to_string(state_.epoch + 1) + ", batch " +
+        std::to_string(state_.batch));
 }
 
 // The network, the auxiliary heads, the EMA copy, the optimizer and the distributed parts,
@@ -366,6 +369,10 @@ TrainResult Trainer::run() {
   auto lr_at = [&](int64_t step) { return poly_lr(o_.lr, step, total_steps, warmup, o_.warmup_start, o_.poly_power); };
 
   TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward});
+  // A resumed run folder's log and curve are the checkpoint's whole history at once: a checkpoint
+  // copied into a new folder (as scripts/train_camvid_trainval.sh does) brings its log with it,
+  // even when its schedule is already finished and no epoch is left to write them.
+  if (have_resume_ && lead_) write_log();
   t_start_ = Clock::now();
   result_.best_miou = state_.best_miou;
   StepTimeEstimate step_time;  // seconds per iteration, for the ETA
