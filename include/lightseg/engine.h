@@ -54,6 +54,14 @@ struct EngineOptions {
   torch::ScalarType dtype = torch::kFloat32;
   bool cuda_graphs = true;  // fused on CUDA at batch 1: capture once per shape, then replay
   bool profile = false;     // time every step (onednn; InferenceEngine::profile())
+  // Test-time augmentation, off by default (one pass at the input's size: the protocol of the
+  // model cards and of the published figures). The softmax probabilities of the input resized
+  // by each factor of `scales` (in [0.25, 4]; at least 32 pixels a side), and with `flip` of
+  // each of those mirrored left-right too, are averaged at the input's size: logits() returns
+  // the log of that mean, labels() its argmax, backend() names it ("onednn (scales 0.75,1,1.25
+  // + flip)"). One forward pass per scale, twice that with flip.
+  std::vector<double> scales{1.0};
+  bool flip = false;
 };
 // make_engine(net, meta) is the fastest backend on the CPU; make_engine(net, meta, {"fused", torch::kCUDA}).
 std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o = {});

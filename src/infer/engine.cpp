@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include "infer/onednn_engine.h"
+#include "infer/tta.h"
 #include "lightseg/features.h"
 #include "infer/fused_network.h"
 #include "data/transforms.h"
@@ -139,7 +140,9 @@ std::vector<std::string> available_backends(torch::Device device) {
 
 bool cpu_bf16_inference_available() { return onednn_bf16_available(); }
 
-std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
+namespace {
+
+std::unique_ptr<InferenceEngine> make_plain_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
   std::string backend = o.backend;
   if (backend == "auto")  // measured fastest first; bf16 on the CPU is onednn's alone
     backend = o.device.is_cpu() && o.dtype == torch::kBFloat16 ? "onednn" : available_backends(o.device).front();
@@ -159,9 +162,19 @@ std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta
     if (!o.device.is_cpu()) throw std::invalid_argument("the onednn backend runs on the CPU only");
     if (!onednn_available())
       throw std::invalid_argument("this build has no onednn backend (libdnnl-dev was not found at configure time)");
-    return make_onednn_engine(fuse_network(net, meta), o.dtype == torch::kBFloat16, o.profile);
+    // one plan per scale of test-time augmentation, so that its passes do not rebuild them
+    return make_onednn_engine(fuse_network(net, meta), o.dtype == torch::kBFloat16, o.profile,
+                              std::max<size_t>(4, o.scales.size()));
   }
   throw std::invalid_argument("unknown inference backend '" + backend + "' (expected auto, eager, fused or onednn)");
+}
+
+}  // namespace
+
+std::unique_ptr<InferenceEngine> make_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
+  check_tta(o.scales);
+  auto engine = make_plain_engine(net, meta, o);
+  return tta_requested(o.scales, o.flip) ? make_tta_engine(std::move(engine), o.scales, o.flip) : std::move(engine);
 }
 
 }  // namespace lightseg

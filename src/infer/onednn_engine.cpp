@@ -59,7 +59,7 @@ std::string onednn_plan_description() { return ""; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
 void onednn_use_native_kernels(bool) {}
 void onednn_set_winograd(int) {}
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool, size_t) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
 
@@ -148,13 +148,13 @@ std::string onednn_unsuitable_reason() {
                                                  "its reference kernels would run");
 }
 
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16, bool profile) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans) {
   if (bf16 && max_isa_level() < IsaLevel::Avx512Bf16)
     throw std::invalid_argument(std::string("bf16 inference: LIGHTSEG_MAX_ISA=") + isa_level_name(max_isa_level()) +
                                 " excludes AVX512-BF16");
   if (std::string why = onednn_unsuitable_reason(); !why.empty()) throw BackendUnsuitable(why + ": use the fused backend");
-  return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, profile)
-                                   : onednn::b8::make_blocked_engine(f, bf16, profile);
+  return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, profile, max_plans)
+                                   : onednn::b8::make_blocked_engine(f, bf16, profile, max_plans);
 }
 
 #endif  // LIGHTSEG_HAVE_DNNL

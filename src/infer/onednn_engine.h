@@ -30,8 +30,10 @@ class BackendUnsuitable : public std::runtime_error {
 bool onednn_bf16_available();
 // Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
 // accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument). profile: time every
-// step (InferenceEngine::profile()).
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false, bool profile = false);
+// step (InferenceEngine::profile()). max_plans: the input shapes whose plans are kept at once
+// (a new one beyond them drops them all); test-time augmentation needs one per scale.
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false, bool profile = false,
+                                                    size_t max_plans = 4);
 // Where a kernel has a native form (AVX-512: the register epilogues, the packed logits, the
 // vector argmax; AVX2: the register epilogues) and a portable one, false makes every plan use
 // the portable form from the next call on; for tests, so that the path other CPUs take stays

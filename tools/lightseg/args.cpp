@@ -75,6 +75,15 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
       case Opt::Dynamic:
         sub->add_flag("--dynamic", a.dynamic, "Dynamic batch and image size (default: fixed, from --size)");
         break;
+      case Opt::Tta:  // test-time augmentation (EngineOptions::scales, flip)
+        sub->add_option("--scales", a.scales,
+                        "Test-time augmentation: average the predictions at these input scales, e.g. 0.75,1,1.25 "
+                        "(each in 0.25..4; one forward pass per scale)")
+            ->delimiter(',')
+            ->check(CLI::Range(0.25, 4.0))
+            ->capture_default_str();
+        sub->add_flag("--flip", a.flip, "Test-time augmentation: also average each scale mirrored left-right (2x the passes)");
+        break;
     }
   }
 }
@@ -84,6 +93,16 @@ c10::ScalarType precision_type(const std::string& p) {
   if (p == "bf16") return c10::ScalarType::BFloat16;
   if (p == "fp32") return c10::ScalarType::Float;
   throw std::invalid_argument("precision must be fp32, bf16 or fp16, got '" + p + "'");
+}
+
+EngineOptions engine_options(const Args& a) {
+  EngineOptions o;
+  o.backend = a.backend;
+  o.device = torch::Device(a.device);
+  o.dtype = precision_type(a.precision);
+  o.scales = a.scales;
+  o.flip = a.flip;
+  return o;
 }
 
 std::pair<int64_t, int64_t> parse_size(const std::string& s) {

@@ -9,6 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <c10/core/ScalarType.h>
 
+#include "lightseg/engine.h"
+
 namespace lightseg::cli {
 
 struct Args {
@@ -31,16 +33,20 @@ struct Args {
   std::string onnx;                // --onnx
   int opset = 13;                  // --opset
   bool dynamic = false;            // --dynamic
+  std::vector<double> scales{1.0};  // --scales (test-time augmentation)
+  bool flip = false;                // --flip
 };
 
 enum class Opt { Threads, Device, Weights, Config, Size, Json, Data, Dataset, Split, Out, Host, Port,
-               Backend, Batch, Iters, Precision, Onnx, Opset, Dynamic };
+               Backend, Batch, Iters, Precision, Onnx, Opset, Dynamic, Tta };
 
 void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which);
 // "360x480" → {360, 480}; throws on bad text or sizes < 32.
 std::pair<int64_t, int64_t> parse_size(const std::string& s);
 // --precision text → compute type: fp32 → kFloat32, bf16 → kBFloat16, fp16 → kHalf.
 c10::ScalarType precision_type(const std::string& p);
+// --backend, --device, --precision, --scales, --flip as the options of make_engine.
+EngineOptions engine_options(const Args& a);
 
 extern int g_argc;     // the process's command line (train --nproc re-executes it)
 extern char** g_argv;

@@ -23,7 +23,7 @@ std::string resolve_weights(const std::string& given) {
 void add_eval(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("eval", "Evaluate weights on a dataset split (mIoU, per-class IoU, pixel accuracy)");
   add_options(sub, a, {Opt::Data, Opt::Dataset, Opt::Split, Opt::Weights, Opt::Json, Opt::Device, Opt::Threads,
-                       Opt::Backend, Opt::Precision});
+                       Opt::Backend, Opt::Precision, Opt::Tta});
   static std::string save;
   sub->add_option("--save", save, "Write each prediction as an 8-bit label-id PNG into this folder");
   sub->callback([&a]() {
@@ -37,7 +37,8 @@ void add_eval(CLI::App& app, Args& a) {
     ProgressLine line;
     EvalOptions eo;
     // The training graph by default (the model card's figures); an inference backend on request.
-    eo.engine = {a.backend == "auto" && a.precision == "fp32" ? "eager" : a.backend, dev, precision_type(a.precision)};
+    eo.engine = engine_options(a);
+    if (a.backend == "auto" && a.precision == "fp32") eo.engine.backend = "eager";
     eo.save_dir = save;
     eo.progress = [&](size_t i, size_t n) { line.update("eval " + std::to_string(i) + "/" + std::to_string(n)); };
     auto r = evaluate(net, meta, data, eo);

@@ -378,7 +378,7 @@ void segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::pa
 void add_segment(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand(
       "segment", "Segment images, folders (recursive .png/.jpg), videos or a camera: label-id PNGs, colour masks, overlays");
-  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Precision, Opt::Threads});
+  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Precision, Opt::Threads, Opt::Tta});
   static SegmentArgs s;
   sub->add_option("inputs", s.inputs, "Image files, folders or video files");
   sub->add_option("--format", s.format,
@@ -407,7 +407,7 @@ void add_segment(CLI::App& app, Args& a) {
     init_runtime(a.threads);
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
-    po.engine = {a.backend, torch::Device(a.device), precision_type(a.precision)};
+    po.engine = engine_options(a);
     Predictor predictor(po);
     fs::create_directories(out);
 

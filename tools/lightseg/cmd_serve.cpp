@@ -36,7 +36,7 @@ extern "C" void on_stop_signal(int sig) {
 
 void add_serve(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("serve", "HTTP service: POST /v1/segment, GET /v1/model, GET /healthz, and a web page at /");
-  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend, Opt::Precision});
+  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend, Opt::Precision, Opt::Tta});
   struct ServeArgs {
     size_t max_bytes = 16u << 20;
     int64_t max_pixels = 4096 * 1024;
@@ -65,7 +65,7 @@ void add_serve(CLI::App& app, Args& a) {
     const int threads = init_runtime(a.threads);
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
-    po.engine = {a.backend, torch::Device(a.device), precision_type(a.precision)};
+    po.engine = engine_options(a);
     // The same limit in the decoder, checked after its header and before any pixel is decoded
     // (the server checks the header first; the predictor holds whatever the decoder reads).
     po.max_pixels = s.max_pixels;

@@ -1,11 +1,12 @@
-// The engine: one plan per input shape (up to 4), built on first use.
+// The engine: one plan per input shape (up to max_plans, 4 by default), built on first use.
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
 class Engine : public InferenceEngine {
  public:
-  Engine(const FusedNetwork& f, bool bf16, bool profile)
-      : f_(to(f, torch::kCPU)), bf16_(bf16), profile_(profile), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+  Engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans)
+      : f_(to(f, torch::kCPU)), bf16_(bf16), profile_(profile), max_plans_(std::max<size_t>(1, max_plans)),
+        eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
     if (bf16_) {
       if (!onednn_bf16_available())
         throw std::invalid_argument(
@@ -28,7 +29,7 @@ class Engine : public InferenceEngine {
     const auto key = std::make_tuple(x.size(0), x.size(2), x.size(3));
     auto it = plans_.find(key);
     if (it == plans_.end()) {
-      if (plans_.size() >= 4) plans_.clear();  // a few shapes at a time (each holds its buffers)
+      if (plans_.size() >= max_plans_) plans_.clear();  // a few shapes at a time (each holds its buffers)
       it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_)).first;
       it->second->set_profiling(profile_);
     }
@@ -45,13 +46,14 @@ class Engine : public InferenceEngine {
  private:
   FusedNetwork f_;
   bool bf16_, profile_;
+  size_t max_plans_;
   dnnl::engine eng_;
   dnnl::stream strm_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
-std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile) {
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans) {
   if (bf16 && kBlock != 16)
     throw std::invalid_argument("bf16 inference on the CPU needs 16-channel plans (AVX512-BF16 or AMX)");
-  return std::make_unique<Engine>(f, bf16, profile);
+  return std::make_unique<Engine>(f, bf16, profile, max_plans);
 }

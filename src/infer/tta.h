@@ -1,0 +1,23 @@
+// Test-time augmentation (internal): an engine that averages another engine's softmax
+// probabilities over resized and mirrored copies of its input (EngineOptions::scales, flip).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lightseg/engine.h"
+
+namespace lightseg {
+
+// Throws std::invalid_argument naming the fault: no scale, or one not in [0.25, 4].
+void check_tta(const std::vector<double>& scales);
+// True when scales/flip ask for more than the single plain pass.
+bool tta_requested(const std::vector<double>& scales, bool flip);
+// "scales 0.75,1,1.25 + flip": the augmentation in words (backend() names).
+std::string tta_description(const std::vector<double>& scales, bool flip);
+// `inner` run once per scale (and once more, mirrored, per scale with flip).
+std::unique_ptr<InferenceEngine> make_tta_engine(std::unique_ptr<InferenceEngine> inner, std::vector<double> scales,
+                                                 bool flip);
+
+}  // namespace lightseg
