@@ -731,6 +731,24 @@ TEST(Serve, OtherMethodsOnSegmentAre405) {
   EXPECT_EQ(ok->status, 200);
 }
 
+TEST(Serve, ABodySentToAnUnknownPathIsA404) {
+  // also a form-encoded one over 8 KB (curl --data-binary's type), which httplib alone refuses as 413
+  fx::one_thread();
+  RunningServer s;
+  const std::string body(20 * 1024, 'x');
+  for (const char* type : {"application/x-www-form-urlencoded", "image/png"}) {
+    auto c = s.client();
+    expect_error(c.Post("/v1/segments", body, type), 404, "no such endpoint: POST /v1/segments", type);
+    expect_error(s.client().Put("/nothing", body, type), 404, "no such endpoint: PUT /nothing", type);
+  }
+  auto small = s.client().Post("/nope", "a=1", "application/x-www-form-urlencoded");
+  expect_error(small, 404, "no such endpoint", "a small form");
+  const std::string png = encode_png(fx::shapes_sample(40, 40, 4).first);
+  auto ok = s.client().Post("/v1/segment", png, "application/x-www-form-urlencoded");  // the endpoint itself still works
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
 TEST(Serve, OverLimitContentLengthIsRefusedAtOnce) {
   fx::one_thread();
   ServerOptions o;

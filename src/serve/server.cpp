@@ -368,6 +368,17 @@ struct Server::Impl {
     http.Patch("/v1/segment", not_allowed_body);
     http.Delete("/v1/segment", not_allowed);
     http.Delete("/v1/segment", not_allowed_body);
+    // A body sent to any other path: 404 without reading it. httplib would read it first and
+    // answer a form-encoded one over 8 KB (curl's default type) with 413, "too large", which is
+    // not what is wrong.
+    auto no_endpoint = [](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader&) {
+      if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) res.set_header("Connection", "close");
+      send_error(res, 404, "no such endpoint: " + req.method + " " + shown(req.path));
+    };
+    http.Post(".*", no_endpoint);
+    http.Put(".*", no_endpoint);
+    http.Patch(".*", no_endpoint);
+    http.Delete(".*", no_endpoint);
     // Errors decided by httplib itself (404, 413 over max_bytes, 400 malformed requests, a head
     // that missed its deadline) get a JSON body too. httplib calls this outside its try block:
     // nothing may escape (send_error does not throw; the path is made valid UTF-8 first).
