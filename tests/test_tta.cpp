@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cli_run.h"
+#include "infer/fused_network.h"
 #include "lightseg/image_io.h"
 #include "lightseg/engine.h"
 #include "lightseg/eval.h"
@@ -111,7 +112,7 @@ TEST(Tta, BadScalesAreClearErrors) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Tta, EvalThePredictorAndSegmentTakeIt) {
+TEST(Tta, EvalThePredictorSegmentAndBenchTakeIt) {
   fx::one_thread();
   auto dir = fx::temp_dir("tta_front_ends");
   // eval: a 3-class network on the synthetic list dataset, scored through the augmented engine
@@ -158,5 +159,15 @@ TEST(Tta, EvalThePredictorAndSegmentTakeIt) {
   EXPECT_EQ(j["backend"], "fused (scales 0.75,1 + flip)");
   auto ids = read_label_file((dir / "out" / "a.png").string());
   EXPECT_GT(fx::agreement(ids.to(torch::kLong), pred.labels.to(torch::kLong)), 0.995);
+
+  // bench: the augmented engine, and the work of all its passes
+  auto b = fx::run_cli({"bench", "--weights", weights, "--size", "192x256", "--iters", "1", "--backend", "fused",
+                        "--scales", "1,0.5", "--flip", "--json"},
+                       dir);
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto bj = nlohmann::json::parse(b.out.substr(b.out.rfind('{')));
+  EXPECT_EQ(bj["backend"], "fused (scales 1,0.5 + flip)");
+  const auto f = fuse_network(net, ModelMeta::camvid());
+  EXPECT_NEAR(bj["gmacs_per_image"].get<double>(), 2 * double(f.count_macs(192, 256) + f.count_macs(96, 128)) / 1e9, 1e-3);
   std::filesystem::remove_all(dir);
 }

@@ -32,6 +32,10 @@ std::string tta_description(const std::vector<double>& scales, bool flip) {
   return flip ? r + " + flip" : r;
 }
 
+std::pair<int64_t, int64_t> tta_size(int64_t h, int64_t w, double s) {
+  return {std::max<int64_t>(32, std::llround(h * s)), std::max<int64_t>(32, std::llround(w * s))};
+}
+
 namespace {
 
 class TtaEngine : public InferenceEngine {
@@ -54,10 +58,8 @@ class TtaEngine : public InferenceEngine {
       sum = sum.defined() ? sum.add_(p) : p.contiguous();
     };
     for (double s : scales_) {
-      // at least 32 pixels a side, the network's smallest input (Predictor upscales below that)
-      const auto x = s == 1.0 ? src
-                              : resize_image(src, std::max<int64_t>(32, std::llround(h * s)),
-                                             std::max<int64_t>(32, std::llround(w * s)));
+      const auto [sh, sw] = tta_size(h, w, s);
+      const auto x = s == 1.0 ? src : resize_image(src, sh, sw);
       add(x, false);
       if (flip_) add(x, true);
     }

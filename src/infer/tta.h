@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lightseg/engine.h"
@@ -16,6 +17,9 @@ void check_tta(const std::vector<double>& scales);
 bool tta_requested(const std::vector<double>& scales, bool flip);
 // "scales 0.75,1,1.25 + flip": the augmentation in words (backend() names).
 std::string tta_description(const std::vector<double>& scales, bool flip);
+// The size a pass at scale s runs at: round(h·s) × round(w·s), at least 32 a side (the network's
+// smallest input; Predictor upscales below that).
+std::pair<int64_t, int64_t> tta_size(int64_t h, int64_t w, double s);
 // `inner` run once per scale (and once more, mirrored, per scale with flip).
 std::unique_ptr<InferenceEngine> make_tta_engine(std::unique_ptr<InferenceEngine> inner, std::vector<double> scales,
                                                  bool flip);

@@ -18,6 +18,7 @@
 #include "lightseg/engine.h"
 #include "infer/fused_network.h"
 #include "infer/onednn_engine.h"
+#include "infer/tta.h"
 #include "lightseg/runtime.h"
 #include "lightseg/features.h"
 #include "lightseg/weights.h"
@@ -78,7 +79,7 @@ double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 void add_bench(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("bench", "Measure inference speed (latency, FPS, achieved MAC/s vs peak)");
   add_options(sub, a, {Opt::Size, Opt::Batch, Opt::Threads, Opt::Iters, Opt::Weights, Opt::Config, Opt::Backend,
-                       Opt::Device, Opt::Precision, Opt::Json});
+                       Opt::Device, Opt::Precision, Opt::Json, Opt::Tta});
   static bool profile = false;
   sub->add_flag("--profile", profile,
                 "Time every step of the plan and print the mean of each (onednn; also LIGHTSEG_PROFILE=1)");
@@ -108,14 +109,17 @@ void add_bench(CLI::App& app, Args& a) {
       std::fprintf(stderr, "note: no weights file (--weights, models/camvid.lsw): timing random weights "
                            "(speed does not depend on them)\n");
     }
-    EngineOptions eo;
-    eo.backend = a.backend;
-    eo.device = device;
-    eo.dtype = dtype;
+    EngineOptions eo = engine_options(a);
     const char* env = std::getenv("LIGHTSEG_PROFILE");
     eo.profile = profile || (env && *env && std::string(env) != "0");
     auto engine = make_engine(net, meta, eo);
-    const auto macs_per_image = static_cast<double>(fuse_network(net, meta).count_macs(h, w));
+    // with test-time augmentation: every pass at its own size
+    const FusedNetwork fused = fuse_network(net, meta);
+    double macs_per_image = 0;
+    for (double s : eo.scales) {
+      const auto [sh, sw] = tta_size(h, w, s);
+      macs_per_image += (eo.flip ? 2.0 : 1.0) * static_cast<double>(fused.count_macs(sh, sw));
+    }
 
     torch::manual_seed(1);
     auto images = (torch::rand({a.batch, 3, h, w}) * 255).to(device);
