@@ -1,6 +1,8 @@
 #include "lightseg/model/layers.h"
 #include "model/hooks.h"
+#include "model/bn_prelu.h"
 #include "model/phased_depthwise.h"
+#include "model/vec16.h"
 
 #include "lightseg/features.h"
 #include "core/isa.h"
@@ -33,36 +35,14 @@ namespace {
 
 // x and g viewed as [rows][C] (channels_last) or [N][C][P] (NCHW), computed in float.
 // Channels_last with C a multiple of 16 (every PReLU of the default network) runs 16
-// channels at a time (GCC vector extensions; bf16 ⇄ float by bit shifts, rounding to
-// nearest even); the rest element by element.
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float prelu_v16 __attribute__((vector_size(64)));
-typedef float prelu_v16u __attribute__((vector_size(64), aligned(4)));
-typedef uint32_t prelu_v16i __attribute__((vector_size(64)));
-typedef uint16_t prelu_v16h __attribute__((vector_size(32), aligned(2)));
-inline __attribute__((always_inline)) prelu_v16 prelu_ld(const float* p) {
-  return *reinterpret_cast<const prelu_v16u*>(p);
-}
-inline __attribute__((always_inline)) prelu_v16 prelu_ld(const at::BFloat16* p) {
-  const prelu_v16i u = __builtin_convertvector(*reinterpret_cast<const prelu_v16h*>(p), prelu_v16i) << 16;
-  return (prelu_v16)u;
-}
-inline __attribute__((always_inline)) void prelu_st(float* p, prelu_v16 v) { *reinterpret_cast<prelu_v16u*>(p) = v; }
-inline __attribute__((always_inline)) void prelu_st(at::BFloat16* p, prelu_v16 v) {
-  prelu_v16i u = (prelu_v16i)v;
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  *reinterpret_cast<prelu_v16h*>(p) = __builtin_convertvector(u, prelu_v16h);
-}
-
+// channels at a time (src/model/vec16.h); the rest element by element.
 template <class T>
 inline __attribute__((always_inline)) void prelu_rows_fwd(const T* x, const float* w, T* y, int64_t m0, int64_t m1,
                                                           int64_t C) {
   for (int64_t m = m0; m < m1; ++m)
     for (int64_t c = 0; c < C; c += 16) {
-      const prelu_v16 v = prelu_ld(x + m * C + c), s = prelu_ld(w + c);
-      prelu_st(y + m * C + c, v > 0.f ? v : v * s);
+      const v16 v = ld16(x + m * C + c), s = ld16(w + c);
+      st16(y + m * C + c, v > 0.f ? v : v * s);
     }
 }
 
@@ -71,15 +51,15 @@ template <class T>
 inline __attribute__((always_inline)) void prelu_rows_bwd(const T* g, const T* x, const float* w, T* dx, float* acc,
                                                           int64_t m0, int64_t m1, int64_t C) {
   for (int64_t c = 0; c < C; c += 16) {
-    const prelu_v16 s = prelu_ld(w + c);
-    prelu_v16 a = prelu_ld(acc + c);
+    const v16 s = ld16(w + c);
+    v16 a = ld16(acc + c);
     for (int64_t m = m0; m < m1; ++m) {
-      const prelu_v16 v = prelu_ld(x + m * C + c), d = prelu_ld(g + m * C + c);
+      const v16 v = ld16(x + m * C + c), d = ld16(g + m * C + c);
       const auto pos = v > 0.f;
-      prelu_st(dx + m * C + c, pos ? d : d * s);
-      a += pos ? prelu_v16{} : d * v;
+      st16(dx + m * C + c, pos ? d : d * s);
+      a += pos ? v16{} : d * v;
     }
-    prelu_st(acc + c, a);
+    st16(acc + c, a);
   }
 }
 
@@ -375,6 +355,8 @@ torch::Tensor sync_batch_norm(const torch::Tensor& x, torch::nn::BatchNorm2d& bn
 
 torch::Tensor BNActImpl::forward(const torch::Tensor& x) {
   const AllReduceFn& reduce = bn_allreduce();
+  if (act && !(reduce && is_training()) && fused_bn_prelu_applies(x, bn, act->weight))
+    return fused_bn_prelu(x, bn, act->weight);
   torch::Tensor y = (reduce && is_training()) ? sync_batch_norm(x, bn, reduce) : bn->forward(x);
   return act ? model::prelu(y, act->weight) : y;
 }
