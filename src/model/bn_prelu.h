@@ -3,7 +3,7 @@
 // (the per-channel sums, then the input gradient), where LibTorch runs BatchNorm and PReLU as
 // two operators of two to three passes each and keeps both outputs for backward. Only the
 // input and per-channel statistics are saved. The same running statistics, num_batches_tracked
-// and gradients as bn->forward followed by model::prelu (tests/test_layers_bn_prelu.cpp).
+// and gradients as bn->forward followed by model::prelu (tests/test_bn_prelu.cpp).
 #pragma once
 
 #include <torch/torch.h>
