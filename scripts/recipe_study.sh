@@ -72,4 +72,5 @@ while [ "$MINUTES" -gt 0 ] && [ $SECONDS -lt $end ]; do
   done
   [ "$progressed" -eq 1 ] || break
 done
-python3 scripts/recipe_table.py --study "$STUDY" --logs "$KEEP" --epochs "$EPOCHS" --stopped "$STOPPED" --out "$DOC"
+python3 scripts/recipe_table.py --study "$STUDY" --logs "$KEEP" --epochs "$EPOCHS" --stopped "$STOPPED" \
+  --arms "$DEFAULT_ARMS" --out "$DOC"

@@ -58,6 +58,7 @@ def main():
     ap.add_argument("--logs", required=True, help="prefix of the arms' folders, e.g. models/checkpoints/study-")
     ap.add_argument("--epochs", type=int, default=80)
     ap.add_argument("--stopped", default="")
+    ap.add_argument("--arms", default="", help="every arm of the study (space-separated): one with no log yet blocks the choice")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     epochs, stopped = a.epochs, set(a.stopped.split())
@@ -98,7 +99,8 @@ def main():
                   f"{ips[len(ips) // 2]:.2f}" if ips else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     scores = {arm: final(val) for arm, _, val in rows if arm not in stopped}
-    if all(v is not None for v in scores.values()) and "baseline" in scores:
+    not_started = [arm for arm in a.arms.split() if arm not in {r[0] for r in rows} and arm not in stopped]
+    if not not_started and all(v is not None for v in scores.values()) and "baseline" in scores:
         win = max(scores, key=scores.get)
         if win != "baseline" and scores[win] > scores["baseline"] + 0.005:
             lines += ["", f"**Chosen: {win}** (final {scores[win]:.4f} against the baseline's {scores['baseline']:.4f})."]
@@ -108,9 +110,11 @@ def main():
     if a.study == 1 and {"baseline", "aux", "ema", "ohem", "strong-aug"} <= finished:
         lines += READING_1
     unfinished = [arm for arm, recs, _ in rows if len(recs) < epochs and arm not in stopped]
-    if unfinished:
-        lines += ["", f"**In progress**: {', '.join(unfinished)} not yet at {epochs} epochs (arms that have not started are"
-                  " not listed). No arm is chosen before every arm that was not stopped has finished the same schedule."]
+    if unfinished or not_started:
+        what = ([f"{', '.join(unfinished)} not yet at {epochs} epochs"] if unfinished else []) + \
+            ([f"{', '.join(not_started)} not started"] if not_started else [])
+        lines += ["", f"**In progress**: {'; '.join(what)}" + ("" if a.arms else " (arms that have not started are not listed)") +
+                  ". No arm is chosen before every arm that was not stopped has finished the same schedule."]
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     open(a.out, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
