@@ -12,7 +12,8 @@
 # that two runs over disjoint arms can share a machine (each arm's protocol is unchanged).
 # Across sessions (machines): after each turn an arm's last.lsw and log.jsonl are copied to
 # models/checkpoints/study[N]-ARM/ (commit them once per session); an arm with no run folder
-# starts from that copy. The table is written from those copies.
+# starts from that copy. A finished arm needs only its log there (remove its last.lsw from git
+# rather than commit another 7 MB). The table is written from those copies.
 # Arms in STOPPED (below) were stopped for the CPU budget before they finished: they train no
 # further, are listed with the epochs they reached, and take no part in the choice.
 set -euo pipefail
@@ -51,6 +52,10 @@ while [ "$MINUTES" -gt 0 ] && [ $SECONDS -lt $end ]; do
     arm=$(basename "$cfg" .json)
     case " $STOPPED " in *" $arm "*) continue ;; esac
     out="$ROOT/$arm" keep="$KEEP$arm"
+    # finished on another machine: only its log is committed (its last state is not kept)
+    if [ ! -f "$out/log.jsonl" ] && [ -f "$keep/log.jsonl" ] && [ "$(wc -l <"$keep/log.jsonl")" -ge "$EPOCHS" ]; then
+      continue
+    fi
     if [ ! -f "$out/last.lsw" ] && [ -f "$keep/last.lsw" ]; then  # a new machine: the committed state
       mkdir -p "$out" && cp "$keep/last.lsw" "$out/"
       [ -f "$keep/log.jsonl" ] && cp "$keep/log.jsonl" "$out/"
