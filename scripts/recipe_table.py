@@ -49,7 +49,9 @@ INTRO_2 = [
     "epochs for every arm; **final** = the mean of the evaluations at epochs {last3}. The rule, fixed before",
     "any arm started: the arm with the highest final score is kept if it beats the baseline's by more than",
     "0.005; otherwise the baseline recipe stays. images/s: the median over the arm's epochs (a ratio between",
-    "arms run under the same sharing, not a speed).", ""]
+    "arms run under the same sharing, not a speed). From aux's epoch 65 and ema's epoch 3 on, the trainers run the",
+    "fused BatchNorm→PReLU operator (docs/training.md: the same math up to float rounding, 11–30 % faster), so",
+    "the images/s of ema, ohem and strong-aug are not comparable with baseline's and aux's.", ""]
 
 
 def main():
