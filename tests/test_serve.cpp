@@ -409,6 +409,69 @@ TEST(Serve, SegmentInEveryFormat) {
   EXPECT_TRUE(decode_image(r->body.data(), r->body.size()).squeeze(2).equal(expect_jpg));
 }
 
+// Test-time augmentation per request (&scales=, &flip=), the server's default (ServerOptions::
+// scales, flip) for requests that name none, and clear 4xx answers for bad or costly asks.
+TEST(Serve, RequestsChooseTheirTestTimeAugmentation) {
+  fx::one_thread();
+  ServerOptions o;
+  o.flip = true;  // the default of this server
+  o.max_scales = 3;
+  RunningServer s(o, 100 * 100);
+  auto c = s.client();
+  const auto& p = *test_predictor(100 * 100);
+  auto img = fx::shapes_sample(45, 61, 3).first;
+  const std::string png = encode_png(img);
+  auto ids = [](const httplib::Result& r) { return decode_image(r->body.data(), r->body.size()).squeeze(2); };
+  const auto plain = p.predict(img).labels;
+  const auto flipped = p.predict(img, false, {{1.0}, true}).labels;
+  const auto multi = p.predict(img, false, {{1.0, 1.25}, true}).labels;
+  ASSERT_FALSE(plain.equal(flipped));  // else this test could not tell them apart
+  ASSERT_FALSE(multi.equal(flipped));
+
+  auto r = c.Post("/v1/segment", png, "image/png");  // the server's default
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
+  EXPECT_EQ(r->get_header_value("X-Augmentation"), "scales 1 + flip");
+  EXPECT_TRUE(ids(r).equal(flipped));
+  r = c.Post("/v1/segment?flip=0", png, "image/png");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_EQ(r->get_header_value("X-Augmentation"), "none");
+  EXPECT_TRUE(ids(r).equal(plain));
+  r = c.Post("/v1/segment?scales=1,1.25", png, "image/png");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_EQ(r->get_header_value("X-Augmentation"), "scales 1,1.25 + flip");
+  EXPECT_TRUE(ids(r).equal(multi));
+  r = c.Post("/v1/segment?format=json&scales=1,1.25&flip=1", png, "image/png");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_EQ(json_of(r)["augmentation"], "scales 1,1.25 + flip");
+
+  auto m = json_of(c.Get("/v1/model"));
+  EXPECT_EQ(m["augmentation"]["flip"], true);
+  EXPECT_EQ(m["augmentation"]["scales"], nlohmann::json({1.0}));
+  EXPECT_EQ(m["limits"]["max_scales"], 3);
+
+  expect_error(c.Post("/v1/segment?scales=abc", png, "image/png"), 400, "scales must be numbers", "not a number");
+  expect_error(c.Post("/v1/segment?scales=1,", png, "image/png"), 400, "scales must be numbers", "empty item");
+  expect_error(c.Post("/v1/segment?scales=1,%201.5", png, "image/png"), 400, "scales must be numbers", "a space");
+  expect_error(c.Post("/v1/segment?scales=0.1", png, "image/png"), 400, "[0.25, 4]", "too small");
+  expect_error(c.Post("/v1/segment?scales=nan", png, "image/png"), 400, "[0.25, 4]", "not finite");
+  expect_error(c.Post("/v1/segment?scales=1,1,1,1", png, "image/png"), 400, "at most 3 scales", "too many");
+  expect_error(c.Post("/v1/segment?flip=yes", png, "image/png"), 400, "flip must be 0 or 1", "flip");
+  // 61×45 at 2× is 122×90 = 10980 pixels, over this server's 10000
+  expect_error(c.Post("/v1/segment?scales=1,2", png, "image/png"), 413, "over the limit of 10000 pixels", "costly");
+  r = c.Post("/v1/segment?scales=1.5", png, "image/png");  // 92×68 = 6256 pixels: within it
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+
+  // a default the server cannot honour is refused at construction
+  ServerOptions bad;
+  bad.scales = {1.0, 1.25, 1.5};
+  bad.max_scales = 2;
+  EXPECT_THROW({ Server srv(test_predictor(100 * 100), bad); }, std::invalid_argument);
+  bad.scales = {0.1};
+  bad.max_scales = 4;
+  EXPECT_THROW({ Server srv(test_predictor(100 * 100), bad); }, std::invalid_argument);
+}
+
 TEST(Serve, BadInputGetsA4xxJsonError) {
   fx::one_thread();
   ServerOptions o;

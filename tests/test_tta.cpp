@@ -171,3 +171,37 @@ TEST(Tta, EvalThePredictorSegmentAndBenchTakeIt) {
   EXPECT_NEAR(bj["gmacs_per_image"].get<double>(), 2 * double(f.count_macs(192, 256) + f.count_macs(96, 128)) / 1e9, 1e-3);
   std::filesystem::remove_all(dir);
 }
+
+// Predictor's per-call Augmentation (what `serve` uses per request): the same result as an
+// engine built with that augmentation, only for the calls that ask; bad scales are refused first.
+TEST(Tta, APredictorCallChoosesItsOwnAugmentation) {
+  fx::one_thread();
+  Network net = fx::random_network();
+  PredictorOptions plain_opt, aug_opt;
+  plain_opt.engine = fused();
+  aug_opt.engine = fused({1.0, 1.25}, true);
+  Predictor plain(net, ModelMeta::camvid(), plain_opt), augmented(net, ModelMeta::camvid(), aug_opt);
+  auto img = fx::shapes_sample(50, 70, 9).first;
+  const Augmentation aug{{1.0, 1.25}, true};
+
+  auto per_call = plain.predict(img, /*confidence=*/true, aug);
+  auto built_in = augmented.predict(img, true);
+  EXPECT_TRUE(per_call.labels.equal(built_in.labels));
+  EXPECT_LT((per_call.confidence - built_in.confidence).abs().max().item<double>(), 1e-6);
+  // the next plain call is plain again, and differs from the augmented one
+  auto again = plain.predict(img, true);
+  EXPECT_TRUE(again.labels.equal(plain.predict(img).labels));
+  EXPECT_GT((again.confidence - per_call.confidence).abs().max().item<double>(), 1e-3);
+
+  // encoded input and batches take it too
+  const std::string png = encode_png(img);
+  EXPECT_TRUE(plain.predict_encoded(png.data(), png.size(), false, "image", aug).labels.equal(built_in.labels));
+  auto batch = plain.predict_batch({img, img.flip({1})}, false, aug);
+  EXPECT_TRUE(batch[0].labels.equal(built_in.labels));
+  EXPECT_TRUE(batch[1].labels.equal(augmented.predict(img.flip({1})).labels));
+
+  EXPECT_THROW(plain.predict(img, false, Augmentation{{}, false}), std::invalid_argument);
+  EXPECT_THROW(plain.predict(img, false, Augmentation{{1.0, 9.0}, false}), std::invalid_argument);
+  EXPECT_THROW(plain.predict_encoded(png.data(), png.size(), false, "image", Augmentation{{0.1}, true}),
+               std::invalid_argument);
+}

@@ -9,6 +9,7 @@
 //   auto r = p.predict_encoded(bytes.data(), bytes.size());  // PNG/JPEG bytes
 //   auto r = p.predict(image_hwc_u8, /*confidence=*/true);   // decoded H×W×{1,3,4} uint8
 //   auto rs = p.predict_batch({a, b, c});                    // same labels as single calls
+//   auto r = p.predict(image, false, {{1, 1.25}, true});     // test-time augmentation, this call only
 //
 // Inputs of any size (≥ 1×1; below 32 pixels a side they are upscaled for the network), gray,
 // RGB or RGBA 8-bit; labels come back at the input's own height and width.
@@ -45,6 +46,17 @@ struct PredictorOptions {
   int64_t max_pixels = 0;          // refuse larger inputs with InputError::TooLarge (0: no limit)
 };
 
+// Test-time augmentation for one call (e.g. one HTTP request), on top of the engines' own
+// (EngineOptions::scales/flip, normally none): the softmax probabilities of the input resized
+// by each factor of `scales` (in [0.25, 4]) and, with `flip`, of each of those mirrored too,
+// averaged at the input's size (as EngineOptions describes). The default is one plain pass.
+// The onednn engine keeps the plans of max(4, EngineOptions::scales.size()) input sizes: more
+// scales per call than that rebuild plans at every call (correct, but slow).
+struct Augmentation {
+  std::vector<double> scales{1.0};
+  bool flip = false;
+};
+
 struct Prediction {
   torch::Tensor labels;      // H×W uint8 class ids, at the input's size
   torch::Tensor confidence;  // H×W float32 softmax probability of the chosen class (if asked)
@@ -62,14 +74,16 @@ class Predictor {
   Predictor& operator=(const Predictor&) = delete;
 
   // image: H×W, H×W×1, H×W×3 or H×W×4 uint8 (RGB order).
-  Prediction predict(const torch::Tensor& image, bool confidence = false) const;
+  // A bad Augmentation throws std::invalid_argument before any work.
+  Prediction predict(const torch::Tensor& image, bool confidence = false, const Augmentation& aug = {}) const;
   // Encoded PNG/JPEG. Bad input throws InputError naming `what`.
   Prediction predict_encoded(const void* data, size_t size, bool confidence = false,
-                             const std::string& what = "image") const;
-  Prediction predict_file(const std::string& path, bool confidence = false) const;
+                             const std::string& what = "image", const Augmentation& aug = {}) const;
+  Prediction predict_file(const std::string& path, bool confidence = false, const Augmentation& aug = {}) const;
   // One forward pass per group of equally sized images; results in input order, with the
   // labels of single calls (up to float rounding in rare near-ties).
-  std::vector<Prediction> predict_batch(const std::vector<torch::Tensor>& images, bool confidence = false) const;
+  std::vector<Prediction> predict_batch(const std::vector<torch::Tensor>& images, bool confidence = false,
+                                        const Augmentation& aug = {}) const;
 
   // check_image with this predictor's max_pixels: the size from the header, or InputError.
   ImageSize check_encoded(const void* data, size_t size, const std::string& what = "image") const;

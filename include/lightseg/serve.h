@@ -13,8 +13,14 @@
 //                             |color|overlay (PNG) |json (size, classes with pixel shares, latency)
 //                      &alpha=A (overlay opacity, default 0.5); json also takes &image=overlay|color
 //                      (adds the picture as a data: URL, which the web page uses)
+//                      &scales=1,1.25&flip=1 test-time augmentation of this request (default:
+//                      ServerOptions::scales/flip): at most max_scales scales, each in [0.25, 4]
+//                      and giving a pass of at most max_pixels; flip=0|1. The answer names it in
+//                      the X-Augmentation header (and json's "augmentation"): "none" or
+//                      "scales 1,1.25 + flip". Each scale costs a forward pass, twice with flip.
 //   GET  /healthz      {"status":"ok"}
-//   GET  /v1/model     classes, palette, normalisation, parameter count, backend
+//   GET  /v1/model     classes, palette, normalisation, parameter count, backend, the default
+//                      augmentation and the limits
 //   GET  /             the web page (embedded in the binary)
 //   PUT/PATCH/DELETE/GET /v1/segment: 405 (Allow: POST)
 // Bad input gets a 4xx JSON {"error": "..."}: 400 empty body, corrupt/truncated image, bad
@@ -39,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace lightseg {
 
@@ -55,6 +62,11 @@ struct ServerOptions {
   double body_timeout = 10;                // s: a body must arrive within body_timeout + size / min_body_rate
   size_t min_body_rate = 8192;             // bytes/s (see body_timeout)
   double stop_grace = 10;                  // s: stop() gives requests in flight this long, then closes them
+  // Test-time augmentation (Predictor's Augmentation) of the requests that name none; default:
+  // one plain pass. A request's &scales=&flip= replace it, with at most max_scales scales.
+  std::vector<double> scales{1.0};
+  bool flip = false;
+  int max_scales = 4;
   // Access log and notices, one line each (no newline); empty: silent.
   std::function<void(const std::string&)> log;
   // Test hook: runs in the request's thread right before the forward pass.

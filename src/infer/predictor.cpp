@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "infer/tta.h"
 #include "lightseg/engine.h"
 #include "lightseg/image_io.h"
 #include "data/transforms.h"
@@ -110,8 +111,10 @@ struct Predictor::Impl {
   }
 
   // images: H×W×C uint8 (checked), all the same size → labels N×H×W uint8 (+ confidence N×H×W float).
-  std::pair<torch::Tensor, torch::Tensor> run(const std::vector<torch::Tensor>& images, bool want_conf) {
+  std::pair<torch::Tensor, torch::Tensor> run(const std::vector<torch::Tensor>& images, bool want_conf,
+                                              const Augmentation& aug) {
     using Out = std::pair<torch::Tensor, torch::Tensor>;
+    const bool tta = tta_requested(aug.scales, aug.flip);
     return on_engine<Out>([&](InferenceEngine& engine) -> Out {
       c10::InferenceMode guard;
       std::vector<torch::Tensor> chw;
@@ -119,8 +122,10 @@ struct Predictor::Impl {
       torch::Tensor x = torch::stack(chw);
       const int64_t H = x.size(2), W = x.size(3);
       if (H < kMinSide || W < kMinSide) x = resize_image(x, std::max(H, kMinSide), std::max(W, kMinSide));
-      if (!want_conf && x.size(2) == H && x.size(3) == W) return {engine.labels(x).to(torch::kUInt8), torch::Tensor()};
-      torch::Tensor logits = engine.logits(x).to(torch::kCPU, torch::kFloat32);
+      if (!tta && !want_conf && x.size(2) == H && x.size(3) == W)
+        return {engine.labels(x).to(torch::kUInt8), torch::Tensor()};
+      torch::Tensor logits =
+          (tta ? tta_logits(engine, x, aug.scales, aug.flip) : engine.logits(x)).to(torch::kCPU, torch::kFloat32);
       if (logits.size(2) != H || logits.size(3) != W)
         logits = torch::nn::functional::interpolate(
             logits, torch::nn::functional::InterpolateFuncOptions()
@@ -179,10 +184,11 @@ torch::Tensor checked(const torch::Tensor& image) {
 }
 }  // namespace
 
-Prediction Predictor::predict(const torch::Tensor& image, bool confidence) const {
+Prediction Predictor::predict(const torch::Tensor& image, bool confidence, const Augmentation& aug) const {
   auto x = checked(image);
+  check_tta(aug.scales);
   auto t0 = std::chrono::steady_clock::now();
-  auto [labels, conf] = impl_->run({x}, confidence);
+  auto [labels, conf] = impl_->run({x}, confidence, aug);
   Prediction p;
   p.inference_ms = ms_since(t0);
   p.labels = labels[0];
@@ -190,7 +196,9 @@ Prediction Predictor::predict(const torch::Tensor& image, bool confidence) const
   return p;
 }
 
-std::vector<Prediction> Predictor::predict_batch(const std::vector<torch::Tensor>& images, bool confidence) const {
+std::vector<Prediction> Predictor::predict_batch(const std::vector<torch::Tensor>& images, bool confidence,
+                                                 const Augmentation& aug) const {
+  check_tta(aug.scales);
   std::vector<torch::Tensor> imgs;
   imgs.reserve(images.size());
   for (const auto& im : images) imgs.push_back(checked(im));
@@ -202,7 +210,7 @@ std::vector<Prediction> Predictor::predict_batch(const std::vector<torch::Tensor
     std::vector<torch::Tensor> xs;
     for (size_t i : idx) xs.push_back(imgs[i]);
     auto t0 = std::chrono::steady_clock::now();
-    auto [labels, conf] = impl_->run(xs, confidence);
+    auto [labels, conf] = impl_->run(xs, confidence, aug);
     const double ms = ms_since(t0) / idx.size();
     for (size_t k = 0; k < idx.size(); ++k) {
       auto& p = out[idx[k]];
@@ -218,8 +226,10 @@ ImageSize Predictor::check_encoded(const void* data, size_t size, const std::str
   return check_image(data, size, what, impl_->opt.max_pixels);
 }
 
-Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what) const {
+Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what,
+                                      const Augmentation& aug) const {
   check_encoded(data, size, what);
+  check_tta(aug.scales);
   auto t0 = std::chrono::steady_clock::now();
   torch::Tensor img;
   try {
@@ -231,15 +241,16 @@ Prediction Predictor::predict_encoded(const void* data, size_t size, bool confid
     throw InputError(InputError::Kind::Corrupt, e.what());
   }
   const double decode_ms = ms_since(t0);
-  Prediction p = predict(img, confidence);
+  Prediction p = predict(img, confidence, aug);
   p.image = img;
   p.decode_ms = decode_ms;
   return p;
 }
 
-Prediction Predictor::predict_file(const std::string& path, bool confidence) const {
+Prediction Predictor::predict_file(const std::string& path, bool confidence, const Augmentation& aug) const {
+  check_tta(aug.scales);
   std::string bytes = read_file(path);
-  return predict_encoded(bytes.data(), bytes.size(), confidence, "'" + path + "'");
+  return predict_encoded(bytes.data(), bytes.size(), confidence, "'" + path + "'", aug);
 }
 
 }  // namespace lightseg

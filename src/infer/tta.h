@@ -20,6 +20,10 @@ std::string tta_description(const std::vector<double>& scales, bool flip);
 // The size a pass at scale s runs at: round(h·s) × round(w·s), at least 32 a side (the network's
 // smallest input; Predictor upscales below that).
 std::pair<int64_t, int64_t> tta_size(int64_t h, int64_t w, double s);
+// inner's logits averaged over the passes: the log of the mean softmax probability at the
+// images' size (N×K×H×W float32 on inner's device). Checks the scales (check_tta).
+torch::Tensor tta_logits(InferenceEngine& inner, const torch::Tensor& images, const std::vector<double>& scales,
+                         bool flip);
 // `inner` run once per scale (and once more, mirrored, per scale with flip).
 std::unique_ptr<InferenceEngine> make_tta_engine(std::unique_ptr<InferenceEngine> inner, std::vector<double> scales,
                                                  bool flip);

@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cctype>
 #include <cstdio>
 
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
 #include "lightseg/predictor.h"
 #include "core/json_io.h"
+#include "infer/tta.h"
 #include "serve/http_server.h"
 
 namespace lightseg {
@@ -204,6 +207,60 @@ struct Server::Impl {
     return body;
   }
 
+  static std::string augmentation_text(const Augmentation& a) {
+    return tta_requested(a.scales, a.flip) ? tta_description(a.scales, a.flip) : "none";
+  }
+
+  // The request's &scales=S1,S2,..&flip=0|1, each defaulting to the server's.
+  Augmentation augmentation(const httplib::Request& req) const {
+    Augmentation a{opt.scales, opt.flip};
+    if (req.has_param("scales")) {
+      const std::string text = req.get_param_value("scales");
+      a.scales.clear();
+      size_t start = 0;
+      while (true) {
+        const size_t comma = text.find(',', start);
+        const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(item, &used);
+          if (used != item.size() || item.empty() || std::isspace(static_cast<unsigned char>(item[0])))
+            throw std::invalid_argument(item);
+        } catch (const std::exception&) {
+          throw HttpError{400, "scales must be numbers separated by commas (e.g. 1,1.25), got '" + shown(text) + "'"};
+        }
+        if (!std::isfinite(v) || v < 0.25 || v > 4)
+          throw HttpError{400, "each scale must be in [0.25, 4], got '" + shown(item) + "'"};
+        a.scales.push_back(v);
+        if (a.scales.size() > static_cast<size_t>(opt.max_scales))
+          throw HttpError{400, "at most " + std::to_string(opt.max_scales) + " scales per request, got '" +
+                                   shown(text) + "'"};
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    if (req.has_param("flip")) {
+      const std::string f = req.get_param_value("flip");
+      if (f == "1" || f == "true") a.flip = true;
+      else if (f == "0" || f == "false") a.flip = false;
+      else throw HttpError{400, "flip must be 0 or 1, got '" + shown(f) + "'"};
+    }
+    return a;
+  }
+
+  // Every pass within the pixel limit, which bounds the memory of a request.
+  void check_passes(const Augmentation& a, const ImageSize& size) const {
+    const int64_t limit = pred->options().max_pixels;
+    for (double s : a.scales) {
+      const auto [h, w] = tta_size(size.height, size.width, s);
+      if (h * w > limit)
+        throw HttpError{413, "scale " + seconds_text(s) + " makes the " + std::to_string(size.width) + "x" +
+                                 std::to_string(size.height) + " image " + std::to_string(w) + "x" + std::to_string(h) +
+                                 ", over the limit of " + std::to_string(limit) + " pixels"};
+    }
+  }
+
   void segment(const httplib::Request& req, httplib::Response& res, const std::string& image) {
     const auto t0 = Clock::now();
     const std::string format = req.has_param("format") ? req.get_param_value("format") : "ids";
@@ -224,10 +281,12 @@ struct Server::Impl {
     const std::string picture = req.has_param("image") ? req.get_param_value("image") : "";
     if (!picture.empty() && picture != "overlay" && picture != "color")
       throw HttpError{400, "image must be overlay or color, got '" + shown(picture) + "'"};
+    const Augmentation aug = augmentation(req);
     const std::string* body = &image;
 
     // Cheap checks first (empty, not an image, unsupported, too many pixels): they answer even when busy.
-    pred->check_encoded(body->data(), body->size(), "request body");  // the predictor's pixel limit
+    const ImageSize size = pred->check_encoded(body->data(), body->size(), "request body");  // the pixel limit
+    check_passes(aug, size);
 
     if (admitted.fetch_add(1) >= slots) {
       admitted.fetch_sub(1);
@@ -237,7 +296,7 @@ struct Server::Impl {
     }
     Admission slot{admitted};
     if (opt.before_inference) opt.before_inference();
-    Prediction p = pred->predict_encoded(body->data(), body->size(), false, "request body");
+    Prediction p = pred->predict_encoded(body->data(), body->size(), false, "request body", aug);
     const auto t1 = Clock::now();
     const int64_t H = p.labels.size(0), W = p.labels.size(1);
     const auto& palette = pred->meta().palette;
@@ -251,6 +310,7 @@ struct Server::Impl {
       j["channels"] = p.image.dim() == 3 ? p.image.size(2) : 1;
       j["classes"] = to_json(legend(p.labels, pred->meta()));
       j["backend"] = pred->backend();
+      j["augmentation"] = augmentation_text(aug);
       if (!picture.empty()) {
         j["image"] = "data:image/png;base64," + base64(render(p.image, p.labels, palette, render_from_string(picture), alpha));
       }
@@ -268,6 +328,7 @@ struct Server::Impl {
     std::snprintf(buf, sizeof buf, "%.1f", p.inference_ms);
     res.set_header("X-Inference-Ms", buf);
     res.set_header("X-Image-Size", std::to_string(W) + "x" + std::to_string(H));
+    res.set_header("X-Augmentation", augmentation_text(aug));
     res.set_content(std::move(out), type.c_str());
   }
 
@@ -279,6 +340,11 @@ struct Server::Impl {
       throw std::invalid_argument("the server's predictor needs a pixel limit (PredictorOptions::max_pixels > 0): "
                                   "it bounds the memory of the decoded images");
     if (opt.max_connections <= 0) throw std::invalid_argument("max_connections must be > 0");
+    if (opt.max_scales < 1) throw std::invalid_argument("max_scales must be ≥ 1");
+    check_tta(opt.scales);
+    if (opt.scales.size() > static_cast<size_t>(opt.max_scales))
+      throw std::invalid_argument("the default augmentation has " + std::to_string(opt.scales.size()) +
+                                  " scales, more than max_scales (" + std::to_string(opt.max_scales) + ")");
     if (!(opt.head_timeout > 0) || !(opt.body_timeout >= 0) || !(opt.stop_grace >= 0))
       throw std::invalid_argument("head_timeout must be > 0, body_timeout and stop_grace ≥ 0");
     slots = po.engines + opt.max_queue;
@@ -302,7 +368,12 @@ struct Server::Impl {
         {"config", to_json(pred->config())},
         {"backend", pred->backend()},
         {"device", po.engine.device.str()},
-        {"limits", {{"max_bytes", opt.max_bytes}, {"max_pixels", po.max_pixels}, {"max_queue", opt.max_queue}}},
+        {"augmentation", {{"scales", opt.scales}, {"flip", opt.flip}, {"text", augmentation_text({opt.scales, opt.flip})}}},
+        {"limits",
+         {{"max_bytes", opt.max_bytes},
+          {"max_pixels", po.max_pixels},
+          {"max_queue", opt.max_queue},
+          {"max_scales", opt.max_scales}}},
     }.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a file name is any bytes
 
     // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
@@ -422,6 +493,8 @@ struct Server::Impl {
       try {  // runs outside httplib's try block too
         std::string line = req.method + " " + req.path;
         if (req.has_param("format")) line += "?format=" + req.get_param_value("format");
+        if (res.has_header("X-Augmentation") && res.get_header_value("X-Augmentation") != "none")
+          line += " [" + res.get_header_value("X-Augmentation") + "]";
         line += " " + std::to_string(res.status) + " " + std::to_string(res.body.size()) + " B";
         if (res.has_header("X-Latency-Ms")) line += " " + res.get_header_value("X-Latency-Ms") + " ms";
         if (res.status >= 400 && res.get_header_value("Content-Type") == "application/json") {

@@ -57,6 +57,14 @@ const std::string& web_page_html() {
     </div>
     <div id="controls">
       <label>Opacity <input id="alpha" type="range" min="0" max="1" step="0.05" value="0.5"> <span id="alphaval">0.50</span></label>
+      <label title="Test-time augmentation: the predictions at these input scales are averaged (one forward pass each)">Scales
+        <select id="scales">
+          <option value="1">1 (plain)</option>
+          <option value="1,1.25">1, 1.25</option>
+          <option value="1,1.25,1.5">1, 1.25, 1.5</option>
+          <option value="0.75,1,1.25">0.75, 1, 1.25</option>
+        </select></label>
+      <label title="Test-time augmentation: also average each scale mirrored left-right (twice the passes)"><input id="flip" type="checkbox"> Mirror</label>
       <span id="status"></span>
     </div>
     <div id="error" role="alert" hidden></div>
@@ -112,6 +120,13 @@ async function loadModel() {
       (model.parameters / 1e6).toFixed(2) + " M parameters · " + model.backend + " on " + model.device +
       (model.weights ? " · " + model.weights : "");
     showLegend(model.classes.map((name, id) => ({ id, name, color: model.palette[id] })));
+    const aug = model.augmentation;
+    if (aug) {  // the server's default augmentation
+      const sel = $("scales"), v = aug.scales.join(",");
+      if (![...sel.options].some((o) => o.value === v)) sel.add(new Option(aug.scales.join(", "), v));
+      sel.value = v;
+      $("flip").checked = !!aug.flip;
+    }
   } catch (e) {
     $("model").textContent = "model information unavailable (" + e + ")";
   }
@@ -126,7 +141,8 @@ async function segment() {
   const alpha = $("alpha").value;
   const t0 = performance.now();
   try {
-    const r = await fetch("/v1/segment?format=json&image=overlay&alpha=" + alpha, {
+    const r = await fetch("/v1/segment?format=json&image=overlay&alpha=" + alpha + "&scales=" + $("scales").value +
+                          "&flip=" + ($("flip").checked ? 1 : 0), {
       method: "POST",
       headers: { "Content-Type": current.type || "application/octet-stream" },
       body: current,
@@ -156,6 +172,10 @@ async function segment() {
       d.textContent = k + ": " + v.toFixed(1) + " ms";
       $("latency").append(d);
     }
+    const d = document.createElement("div");
+    d.id = "augmentation";
+    d.textContent = "augmentation: " + j.augmentation;
+    $("latency").append(d);
     $("status").textContent = "done in " + roundTrip.toFixed(0) + " ms";
   } catch (e) {
     showError("request failed: " + e);
@@ -188,6 +208,8 @@ for (const ev of ["dragleave", "drop"])
 drop.addEventListener("drop", (e) => { $("file").value = ""; choose(e.dataTransfer.files[0]); });
 $("alpha").addEventListener("input", () => { $("alphaval").textContent = Number($("alpha").value).toFixed(2); });
 $("alpha").addEventListener("change", segment);
+$("scales").addEventListener("change", segment);
+$("flip").addEventListener("change", segment);
 loadModel();
 </script>
 </body>

@@ -1,5 +1,6 @@
 // Drives lightseg's web page in headless Debian chromium (playwright-core, no browser download):
-// choose an image → the overlay, legend and latency appear; a non-image → an error message;
+// choose an image → the overlay, legend and latency appear; scales and mirror → the server runs and
+// names that augmentation; a non-image → an error message;
 // drop an image → the overlay again. Run by tests/test_serve.cpp (WebPage.*) against a test
 // server, or by hand against any running `lightseg serve`:
 //   npm ci --prefix tests/web      # once (playwright-core, pinned in package-lock.json)
@@ -93,7 +94,25 @@ try {
   });
   if (distinct < 10) fail("overlay looks blank (" + distinct + " distinct colours)");
 
-  // 2. a file that is not an image: a clear error, no crash
+  // 2. test-time augmentation: the controls reach the server, which names what it ran
+  const defaultAug = await page.evaluate(async () => (await (await fetch("/v1/model")).json()).augmentation.text);
+  if (!latency.includes("augmentation: " + defaultAug))
+    fail("the first request should run the server's default augmentation (" + defaultAug + "): " + latency);
+  const augShown = (re) => page.waitForFunction(
+      (src) => new RegExp(src).test(document.getElementById("augmentation")?.textContent || ""), re.source,
+      { timeout: 60000 });
+  await page.uncheck("#flip");
+  await page.selectOption("#scales", "1");
+  await augShown(/augmentation: none$/);
+  await page.selectOption("#scales", "1,1.25");
+  await augShown(/augmentation: scales 1,1.25$/);
+  await page.evaluate(() => { document.getElementById("overlay").dataset.ready = ""; });
+  await page.check("#flip");
+  await augShown(/augmentation: scales 1,1.25 \+ flip$/);
+  await overlayReady();
+  if (await page.isVisible("#error")) fail("error box visible after an augmented request: " + (await page.textContent("#error")));
+
+  // 3. a file that is not an image: a clear error, no crash
   if (args.bad) {
     await page.setInputFiles("#file", args.bad);
     await page.waitForSelector("#error:not([hidden])", { timeout: 30000 });
@@ -102,7 +121,7 @@ try {
     console.log("error shown for a non-image: " + err);
   }
 
-  // 3. drop the image onto the drop zone
+  // 4. drop the image onto the drop zone
   const b64 = readFileSync(image).toString("base64");
   await page.evaluate(([data, name]) => {
     const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "args.h"
+#include "infer/tta.h"
 #include "lightseg/features.h"
 #include "lightseg/predictor.h"
 #include "lightseg/runtime.h"
@@ -43,6 +44,7 @@ void add_serve(CLI::App& app, Args& a) {
     int queue = 32;
     double grace = 10;
     int max_connections = 1000;
+    int max_scales = 4;
   };
   static ServeArgs s;
   sub->add_option("--max-bytes", s.max_bytes, "Largest request body in bytes (larger: 413)")
@@ -60,12 +62,20 @@ void add_serve(CLI::App& app, Args& a) {
   sub->add_option("--max-connections", s.max_connections, "Open connections at most (more: 503)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub->add_option("--max-scales", s.max_scales,
+                  "Test-time augmentation scales a request may ask for (&scales=; more: 400). Each is a forward pass")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->callback([&a]() {
 #if LIGHTSEG_HAVE_SERVER
     const int threads = init_runtime(a.threads);
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
     po.engine = engine_options(a);
+    // --scales/--flip: the requests' default augmentation, which each request may change
+    // (&scales=, &flip=); the engines themselves run plain passes.
+    po.engine.scales = {1.0};
+    po.engine.flip = false;
     // The same limit in the decoder, checked after its header and before any pixel is decoded
     // (the server checks the header first; the predictor holds whatever the decoder reads).
     po.max_pixels = s.max_pixels;
@@ -78,6 +88,9 @@ void add_serve(CLI::App& app, Args& a) {
     so.max_queue = s.queue;
     so.stop_grace = s.grace;
     so.max_connections = s.max_connections;
+    so.scales = a.scales;
+    so.flip = a.flip;
+    so.max_scales = std::max<int>(s.max_scales, static_cast<int>(a.scales.size()));
     so.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     Server server(predictor, so);
     const int port = server.bind();
@@ -111,10 +124,12 @@ void add_serve(CLI::App& app, Args& a) {
 
     std::fprintf(stderr,
                  "weights %s (%s, %lld parameters), backend %s, %d threads; limits: %zu bytes, %lld pixels, queue %d, "
-                 "%d connections\n",
+                 "%d connections; augmentation of requests that name none: %s (a request may ask up to %d scales)\n",
                  po.weights.c_str(), predictor->meta().dataset.c_str(), static_cast<long long>(predictor->parameters()),
                  predictor->backend().c_str(), threads, s.max_bytes, static_cast<long long>(s.max_pixels), s.queue,
-                 s.max_connections);
+                 s.max_connections,
+                 tta_requested(so.scales, so.flip) ? tta_description(so.scales, so.flip).c_str() : "none",
+                 so.max_scales);
     std::printf("serving on http://%s:%d/ (Ctrl-C stops)\n", a.host.c_str(), port);
     std::fflush(stdout);
     server.run();
