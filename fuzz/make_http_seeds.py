@@ -26,6 +26,8 @@ seeds = {
     'segment-overlay-alpha': req('POST', '/v1/segment?format=overlay&alpha=0.3', jpg),
     'segment-json-image': req('POST', '/v1/segment?format=json&image=overlay', png),
     'segment-bad-format': req('POST', '/v1/segment?format=%ff', png),
+    'segment-tta': req('POST', '/v1/segment?format=json&scales=0.75,1,1.25&flip=1', png),
+    'segment-tta-bad': req('POST', '/v1/segment?scales=1,,4e9&flip=2', png),
     'segment-empty': req('POST', '/v1/segment'),
     'segment-put': req('PUT', '/v1/segment', png),
     'segment-truncated': req('POST', '/v1/segment', png[:len(png) // 2]),

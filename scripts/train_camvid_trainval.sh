@@ -4,9 +4,9 @@
 # - the schedule is configs/camvid-trainval.json's (CONFIG): train + val (468 images), from the
 #   300-epoch train-only weights, the chosen recipe, its epochs; fixed before the first epoch,
 #   and the last epoch is what ships (no score chooses a checkpoint: val is in the training set);
-# - the run folder lives outside the repository (RUN_DIR, default ../runs/camvid-trainval); if it
-#   has no checkpoint yet, the committed one (models/checkpoints/camvid-trainval-last.lsw) is the
-#   start, so no session's epochs are lost;
+# - the run folder lives outside the repository (RUN_DIR, default ../runs/NAME for the config
+#   configs/NAME.json); if it has no checkpoint yet, the committed one
+#   (models/checkpoints/NAME-last.lsw) is the start, so no session's epochs are lost;
 # - trains niced until MINUTES have passed (checkpoint written), then copies the checkpoint back
 #   into models/checkpoints/ to be committed (once per session).
 set -euo pipefail
@@ -14,9 +14,10 @@ cd "$(dirname "$0")/.."
 MINUTES=${1:-170}
 CONFIG=${CONFIG:-configs/camvid-trainval.json}
 DATA=${CAMVID:-../shared/data/camvid}
-RUN_DIR=${RUN_DIR:-../runs/camvid-trainval}
+NAME=$(basename "$CONFIG" .json)
+RUN_DIR=${RUN_DIR:-../runs/$NAME}
 BIN=${LIGHTSEG_BIN:-build/bin/lightseg}
-CKPT=models/checkpoints/camvid-trainval-last.lsw
+CKPT=models/checkpoints/$NAME-last.lsw
 mkdir -p "$RUN_DIR"
 if [ ! -f "$RUN_DIR/last.lsw" ] && [ -f "$CKPT" ]; then
   cp "$CKPT" "$RUN_DIR/last.lsw"
