@@ -207,6 +207,39 @@ TEST(Network, GradientsReachEveryParameter) {
   }
 }
 
+TEST(Network, Bf16AutocastScoresLeaveTheNetworkInFloat32) {  // C1.11 under --precision bf16
+  // The classifier's ×4 resize runs in float32 on the CPU (upsample_scores): the scores come
+  // out float32, equal to the float32 resize of the bf16 classifier output, and the gradient
+  // still reaches every parameter.
+  torch::manual_seed(0);
+  Network net;
+  net->train();
+  auto x = image(64, 96, 2).contiguous(torch::MemoryFormat::ChannelsLast);
+  auto target = torch::randint(0, 11, {2, 64, 96});
+  set_autocast(at::kCPU, true);
+  auto d = net->forward_debug(x);
+  set_autocast(at::kCPU, false);
+  EXPECT_EQ(d.F.scalar_type(), torch::kBFloat16);  // autocast reached the decoder
+  ASSERT_EQ(d.logits.scalar_type(), torch::kFloat32);
+  {
+    torch::NoGradGuard ng;
+    set_autocast(at::kCPU, true);
+    auto low = model::conv(net->decoder->pw6, d.F);
+    set_autocast(at::kCPU, false);
+    ASSERT_EQ(low.scalar_type(), torch::kBFloat16);
+    expect_close(d.logits, model::upsample_to(low.to(torch::kFloat32), 64, 96), 1e-6);
+  }
+  torch::nn::functional::cross_entropy(d.logits, target).backward();
+  for (const auto& p : net->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  }
+  // float32 in, float32 out, unchanged
+  torch::NoGradGuard ng;
+  auto f = torch::randn({1, 11, 16, 24});
+  EXPECT_TRUE(torch::equal(model::upsample_scores(f, 64, 96), model::upsample_to(f, 64, 96)));
+}
+
 TEST(Network, ProfileAttributesAllParametersAndCountsMacs) {
   Network net;
   auto rows = profile(net, 360, 480);

@@ -11,6 +11,11 @@ torch::Tensor upsample_to(const torch::Tensor& x, int64_t h, int64_t w) {
              .align_corners(false));
 }
 
+torch::Tensor upsample_scores(const torch::Tensor& x, int64_t h, int64_t w) {
+  if (x.is_cpu() && x.scalar_type() == torch::kBFloat16) return upsample_to(x.to(torch::kFloat32), h, w);
+  return upsample_to(x, h, w);
+}
+
 FusionDecoderImpl::FusionDecoderImpl(int64_t c0, int64_t c1, int64_t c2, int64_t num_classes,
                                      bool spatial_attention)
     : dw3(register_module("dw3", ConvBNAct(ConvSpec::depthwise(c0, 3, 2)))),   // C1.7: C0 kernels, stride 2
@@ -45,7 +50,7 @@ DecoderOutputs FusionDecoderImpl::forward_debug(const torch::Tensor& F1, const t
     o.F = o.X1 + o.X2 + o.X3;  // C1.10
   }
   step("decoder.fuse", o.F);
-  o.logits = upsample_to(conv(pw6, o.F), out_h, out_w);  // C1.11: classify, then ×4 to H×W
+  o.logits = upsample_scores(conv(pw6, o.F), out_h, out_w);  // C1.11: classify, then ×4 to H×W
   step("decoder.classifier", o.logits);
   return o;
 }

@@ -15,8 +15,8 @@ AuxHeadsImpl::AuxHeadsImpl(int64_t c1, int64_t c2, int64_t num_classes)
 std::pair<torch::Tensor, torch::Tensor> AuxHeadsImpl::forward(const torch::Tensor& M1, const torch::Tensor& M2,
                                                               int64_t h, int64_t w) {
   // Classify at the branch's resolution, then resize (as the main classifier, C1.11, does).
-  return {model::upsample_to(model::conv(cls1, cba1->forward(M1)), h, w),
-          model::upsample_to(model::conv(cls2, cba2->forward(M2)), h, w)};
+  return {model::upsample_scores(model::conv(cls1, cba1->forward(M1)), h, w),
+          model::upsample_scores(model::conv(cls2, cba2->forward(M2)), h, w)};
 }
 
 }  // namespace lightseg
