@@ -248,7 +248,6 @@ Prediction Predictor::predict_encoded(const void* data, size_t size, bool confid
 }
 
 Prediction Predictor::predict_file(const std::string& path, bool confidence, const Augmentation& aug) const {
-  check_tta(aug.scales);
   std::string bytes = read_file(path);
   return predict_encoded(bytes.data(), bytes.size(), confidence, "'" + path + "'", aug);
 }
