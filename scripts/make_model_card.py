@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--last", action="store_true",
                     help="the weights are the finished run's last epoch (not a checkpoint chosen on val)")
     ap.add_argument("--hardware", default="", help="where the run trained, when not this machine alone")
+    ap.add_argument("--config", default="",
+                    help="the run's config (trainval runs; default configs/NAME.json for the run folder ../runs/NAME)")
     a = ap.parse_args()
 
     h = header(a.weights)
@@ -171,14 +173,21 @@ def trainval_card(a, h, train, opts):
         "stage_2": (f"{planned} epochs on train + val from the stage-1 weights, learning-rate schedule restarted "
                     f"(poly {opts.get('poly_power')} with {opts.get('warmup_epochs')} warm-up epoch), crops "
                     f"{crop[0]}x{crop[1]}, scale {opts.get('scale_min')}-{opts.get('scale_max')}, "
-                    f"flip {'on' if opts.get('flip') else 'off'}, loss {opts.get('loss')}, seed {opts.get('seed')}"),
+                    f"flip {'on' if opts.get('flip') else 'off'}, loss {opts.get('loss')}, seed {opts.get('seed')}"
+                    + (f", auxiliary heads on the semantic branches (loss weight {opts.get('aux_weight')}, training only: "
+                       "the shipped network has none of their weights or cost)" if opts.get("aux_weight") else "")),
         "epochs_in_all": init_epochs + (planned or 0),
         "selection": "the last epoch, fixed before the run started; no checkpoint chosen by any score",
         "evaluation": "full 360x480 images (the data's own size), single scale, no test-time augmentation "
                       "(no flip, no multi-scale): lightseg eval --split test on a data folder that has it",
     }
-    train_cmd = ("scripts/train_camvid_trainval.sh MINUTES   (lightseg train --data ../shared/data/camvid --dataset camvid "
-                 "--config configs/camvid-trainval.json --out ../runs/camvid-trainval --precision auto "
+    name = os.path.basename(os.path.normpath(a.run))
+    config = a.config or f"configs/{name}.json"
+    if not os.path.exists(config):
+        sys.exit(f"error: the run's config {config} does not exist (name it with --config)")
+    env = "" if name == "camvid-trainval" else f"CONFIG={config} "
+    train_cmd = (f"{env}scripts/train_camvid_trainval.sh MINUTES   (lightseg train --data ../shared/data/camvid "
+                 f"--dataset camvid --config {config} --out ../runs/{name} --precision auto "
                  "--time-limit MINUTES --resume)")
     hours = sum(r["seconds"] for r in log) / 3600
     card = {
