@@ -1,6 +1,8 @@
 // Process-wide settings every lightseg binary applies at start-up.
 #pragma once
 
+#include <string>
+
 namespace lightseg {
 
 // - glibc malloc: keep big activation buffers (mmap threshold 1 GiB, no trimming), which
@@ -12,6 +14,23 @@ namespace lightseg {
 //   an unknown value throws std::invalid_argument.
 // Returns the thread count in effect.
 int init_runtime(int threads = 0);
+
+// OpenMP threads (LibTorch's and oneDNN's) spin while they wait for work: GNU OpenMP's default
+// spins ~300,000 rounds, which is fast on an idle machine and collapses (4-8x slower measured)
+// when another process wants the same cores, as on a robot. lightseg's programs run with a
+// short spin instead (kDefaultSpinCount, then the threads sleep). GNU OpenMP reads its variables
+// once, when it is loaded, before main(): so a program sets them in its environment, or calls
+// set_thread_wait_defaults() first thing in main() and, when it returns true, re-executes itself
+// (the CLI does: tools/lightseg/main.cpp). Nothing is changed when the user set any of
+// OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (LLVM OpenMP), or LIGHTSEG_SPIN=default.
+constexpr const char* kDefaultSpinCount = "10000";
+// Sets GOMP_SPINCOUNT (and KMP_BLOCKTIME) in this process's environment when the user set none
+// of the wait variables; true when it changed something (the caller must re-execute itself to
+// make the OpenMP runtime read them). LIGHTSEG_SPIN=N sets the spin count, LIGHTSEG_SPIN=default
+// leaves the runtime's default.
+bool set_thread_wait_defaults();
+// One line for `info` and `bench`: the OpenMP wait policy in effect and who set it.
+std::string thread_wait_policy();
 
 // Whether this CPU computes bfloat16 natively (AVX512-BF16; every AMX CPU has it too) and the cap
 // allows it. Without it, bf16 autocast in training is emulated by oneDNN's and LibTorch's

@@ -1,12 +1,27 @@
 // lightseg: the command-line front end. Each subcommand lives in its own cmd_*.cpp and only
 // calls the library; errors are printed as "error: ..." with a non-zero exit code.
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <exception>
 
 #include "args.h"
 #include "lightseg/runtime.h"
 
+// GNU OpenMP read its wait policy when it was loaded, before main(): lightseg's short-spin
+// default (lightseg/runtime.h) takes effect in a fresh image of this program with it set.
+static void reexec_with_thread_wait_defaults(char** argv) {
+  try {
+    if (!lightseg::set_thread_wait_defaults()) return;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::exit(2);
+  }
+  execv("/proc/self/exe", argv);  // returns only on failure: go on with the runtime's default
+}
+
 int main(int argc, char** argv) {
+  reexec_with_thread_wait_defaults(argv);
   CLI::App app{"lightseg: real-time semantic segmentation (C++/LibTorch)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lightseg 0.1.0");

@@ -1,0 +1,128 @@
+// The CLI's OpenMP wait policy (lightseg/runtime.h: set_thread_wait_defaults) and
+// `bench --contention`: what a user on a shared robot CPU gets without setting anything.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "cli_run.h"
+#include "lightseg/runtime.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lightseg::fixtures::run_cli;
+
+// Sets (or unsets) environment variables for one scope; the CLI inherits them.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::optional<std::string>>& vars) {
+    for (const auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved_[k] = old ? std::optional<std::string>(old) : std::nullopt;
+      if (v) setenv(k.c_str(), v->c_str(), 1);
+      else unsetenv(k.c_str());
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v) setenv(k.c_str(), v->c_str(), 1);
+      else unsetenv(k.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+const std::map<std::string, std::optional<std::string>> kNoWaitVars = {
+    {"OMP_WAIT_POLICY", std::nullopt}, {"GOMP_SPINCOUNT", std::nullopt}, {"KMP_BLOCKTIME", std::nullopt},
+    {"LIGHTSEG_SPIN", std::nullopt},   {"LIGHTSEG_SET_SPINCOUNT", std::nullopt}};
+
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("lightseg_thread_wait_" + name + "_" + std::to_string(getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+const std::vector<std::string> kTinyBench = {"bench", "--size", "64x64", "--iters", "2", "--threads", "1"};
+
+}  // namespace
+
+TEST(ThreadWait, CliSpinsBrieflyWhenTheUserSetNothing) {
+  auto dir = temp_dir("default");
+  ScopedEnv env(kNoWaitVars);
+  auto r = run_cli(kTinyBench, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(std::string("threads: GOMP_SPINCOUNT=") + lightseg::kDefaultSpinCount + " (lightseg's default"),
+            std::string::npos)
+      << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(ThreadWait, TheUsersSettingWins) {
+  auto dir = temp_dir("user");
+  {
+    auto vars = kNoWaitVars;
+    vars["GOMP_SPINCOUNT"] = "77";
+    ScopedEnv env(vars);
+    auto r = run_cli(kTinyBench, dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("threads: GOMP_SPINCOUNT=77 (set by you)"), std::string::npos) << r.out;
+  }
+  {
+    auto vars = kNoWaitVars;
+    vars["OMP_WAIT_POLICY"] = "passive";
+    ScopedEnv env(vars);
+    auto r = run_cli(kTinyBench, dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("threads: OMP_WAIT_POLICY=passive (set by you)"), std::string::npos) << r.out;
+  }
+  {
+    auto vars = kNoWaitVars;
+    vars["LIGHTSEG_SPIN"] = "default";
+    ScopedEnv env(vars);
+    auto r = run_cli(kTinyBench, dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("threads: OpenMP's default"), std::string::npos) << r.out;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ThreadWait, ABadSpinCountIsAClearError) {
+  auto dir = temp_dir("bad");
+  auto vars = kNoWaitVars;
+  vars["LIGHTSEG_SPIN"] = "fast";
+  ScopedEnv env(vars);
+  auto r = run_cli({"info"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("LIGHTSEG_SPIN must be a spin count"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(ThreadWait, BenchTimesUnderContentionAndLeavesNoBusyProcess) {
+  auto dir = temp_dir("contention");
+  ScopedEnv env(kNoWaitVars);
+  auto args = kTinyBench;
+  args.insert(args.end(), {"--contention", "2", "--json"});
+  auto r = run_cli(args, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("timed with 2 other busy processes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"contention\": 2"), std::string::npos) << r.out;
+  // The busy children were reaped: none is left as a child of anything (they die with bench).
+  const std::string pgrep = "pgrep -f '[l]ightseg bench --size 64x64 --iters 2 --threads 1 --contention 2' >/dev/null";
+  EXPECT_NE(std::system(pgrep.c_str()), 0) << "a busy process outlived bench";
+  fs::remove_all(dir);
+}
+
+TEST(ThreadWait, BadContentionIsRefused) {
+  auto dir = temp_dir("badcontention");
+  auto args = kTinyBench;
+  args.insert(args.end(), {"--contention", "-1"});
+  auto r = run_cli(args, dir);
+  EXPECT_NE(r.code, 0);
+  fs::remove_all(dir);
+}
