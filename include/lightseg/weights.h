@@ -34,6 +34,20 @@ WeightsFile parse_weights(const std::string& bytes, const std::string& what);
 // Copies the file's tensors into net. Throws naming the first mismatching parameter and both shapes.
 void load_into(Network& net, const WeightsFile& w);
 
+// Fine-tuning: copies every tensor of the file whose name and shape fit the model and leaves
+// the others as the model has them (freshly initialised), e.g. the classifier of a model with
+// another class count. Says what it did; throws on non-finite loaded values.
+struct PartialLoad {
+  std::vector<std::string> loaded;       // copied from the file
+  std::vector<std::string> reshaped;     // in both, shapes differ: "name (file AxB, model CxD)"
+  std::vector<std::string> missing;      // the model's, not in the file
+  std::vector<std::string> unused;       // the file's, not in the model
+  size_t model_tensors = 0;
+  // "loaded 610 of 612 tensors; kept new: decoder.pw6.weight (file 11x64x1x1, model 2x64x1x1), ..."
+  std::string summary() const;
+};
+PartialLoad load_matching(Network& net, const WeightsFile& w);
+
 // Convenience: build the network a file describes and load it.
 Network load_network(const std::string& path, ModelMeta* meta = nullptr);
 void save_network(const std::string& path, Network& net, const ModelMeta& meta);

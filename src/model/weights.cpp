@@ -196,6 +196,54 @@ void load_into(Network& net, const WeightsFile& w) {
   for (auto& [name, t] : mine) t.copy_(*have[name]);
 }
 
+PartialLoad load_matching(Network& net, const WeightsFile& w) {
+  std::map<std::string, const torch::Tensor*> have;
+  for (const auto& [name, t] : w.tensors) have[name] = &t;
+  auto mine = model_tensors(net);
+  PartialLoad r;
+  r.model_tensors = mine.size();
+  std::map<std::string, int> in_model;
+  torch::NoGradGuard ng;
+  for (auto& [name, t] : mine) {
+    in_model[name] = 1;
+    auto it = have.find(name);
+    if (it == have.end()) {
+      r.missing.push_back(name);
+      continue;
+    }
+    const torch::Tensor& x = *it->second;
+    if (x.sizes() != t.sizes()) {
+      r.reshaped.push_back(name + " (file " + shape_str(x.sizes().vec()) + ", model " + shape_str(t.sizes().vec()) + ")");
+      continue;
+    }
+    if (x.is_floating_point()) {
+      const int64_t bad = x.numel() - torch::isfinite(x).sum().item<int64_t>();
+      if (bad > 0)
+        throw std::runtime_error("weights are not finite: parameter '" + name + "' holds " + std::to_string(bad) +
+                                 " NaN or infinite values (of " + std::to_string(x.numel()) + ")");
+    }
+    t.copy_(x);
+    r.loaded.push_back(name);
+  }
+  for (const auto& [name, t] : w.tensors)
+    if (!in_model.count(name)) r.unused.push_back(name);
+  return r;
+}
+
+std::string PartialLoad::summary() const {
+  std::string s = "loaded " + std::to_string(loaded.size()) + " of " + std::to_string(model_tensors) + " tensors";
+  auto list = [&](const char* what, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    s += std::string("; ") + what + ": ";
+    for (size_t i = 0; i < v.size() && i < 6; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 6) s += ", ... (" + std::to_string(v.size()) + " in all)";
+  };
+  list("new (shape differs)", reshaped);
+  list("new (not in the file)", missing);
+  list("unused from the file", unused);
+  return s;
+}
+
 Network load_network(const std::string& path, ModelMeta* meta) {
   WeightsFile w = read_weights(path);
   Network net(w.config);

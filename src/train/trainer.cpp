@@ -55,6 +55,7 @@ class Trainer {
   void lock_run_folder();
   void read_checkpoint();
   void build_model();
+  void init_from_weights();
   void save_checkpoint(const std::string& path);
   void write_log();
   EvalResult validate();
@@ -204,8 +205,7 @@ void Trainer::build_model() {
     else load_into(net_, resumed_);
     if (ckpt_ema && !use_ema) say("EMA off: continuing from the checkpoint's raw weights, not its average");
   } else if (!o_.init_weights.empty()) {
-    load_into(net_, read_weights(o_.init_weights));
-    say("initialised from " + o_.init_weights);
+    init_from_weights();
   }
   // Auxiliary heads on M1 (C1.3) and M2 (C1.5): outside the network, so never in its weights.
   if (use_aux) {
@@ -261,6 +261,19 @@ void Trainer::build_model() {
   if (ema_net_) ema_ = std::make_unique<WeightsEma>(ema_net_, net_, o_.ema_decay, state_.ema_steps);
   scored_ = ema_net_ ? ema_net_ : net_;
   resumed_ = WeightsFile{};  // its tensors are loaded: free them
+}
+
+// Fine-tuning (--init-weights): every tensor of the file that fits is loaded, the rest (the
+// classifier of another class count, say) keep their fresh initialisation; what happened is said.
+void Trainer::init_from_weights() {
+  WeightsFile w = read_weights(o_.init_weights);
+  PartialLoad r = load_matching(net_, w);
+  if (r.loaded.size() * 2 < r.model_tensors)
+    throw std::runtime_error("--init-weights '" + o_.init_weights + "' fits " + std::to_string(r.loaded.size()) + " of " +
+                             std::to_string(r.model_tensors) + " tensors of the network being trained: its network is " +
+                             w.config.to_json_string() + ", this one " + o_.network.to_json_string() +
+                             " (give the same network keys with --config/--set)");
+  say("initialised from " + o_.init_weights + ": " + r.summary());
 }
 
 void Trainer::save_checkpoint(const std::string& path) {
