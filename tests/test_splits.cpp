@@ -321,7 +321,8 @@ TEST(SplitsByGroup, CliTrainsWithValGroupsAndEvalAndInfoShowTheGroups) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("AA 2, BB 5, CC 2"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(run + "/last.lsw"));
-  auto r = fixtures::run_cli(base({"--val-groups", "CC", "--group-by", "prefix", "--max-iters", "2", "--val-every", "1"}), dir);
+  auto r = fixtures::run_cli(
+      base({"--val-groups", "CC", "--group-by", "prefix", "--max-iters", "2", "--val-every", "1", "--class-weighting", "median"}), dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("train 7 images (AA 2, BB 5), val 2 images (CC 2)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("also trained on"), std::string::npos) << r.err;
@@ -331,6 +332,11 @@ TEST(SplitsByGroup, CliTrainsWithValGroupsAndEvalAndInfoShowTheGroups) {
   ASSERT_TRUE(s);
   EXPECT_EQ(s->options.val_groups, (std::vector<std::string>{"CC"}));  // the checkpoint says what validated it
   EXPECT_EQ(s->options.group_by, "prefix");
+  EXPECT_EQ(s->options.class_weighting, "median");
+  auto cw = nlohmann::json::parse(std::ifstream(run + "/class_weights.json"));
+  EXPECT_EQ(cw["method"], "median");
+  EXPECT_EQ(cw["weights"], nlohmann::json(median_frequency_class_weights(cw["counts"].get<std::vector<int64_t>>())));
+  EXPECT_NE(cw["key"].get<std::string>().find("without CC"), std::string::npos) << cw["key"];
   EXPECT_EQ(train_state(read_weights(run + "/best.lsw"))->options.val_groups, s->options.val_groups);
   // --resume keeps the held-out groups without being told again
   r = fixtures::run_cli({"train", "--data", data, "--dataset", "camvid", "--out", run, "--resume", "--epochs", "2",
