@@ -73,7 +73,16 @@ def main():
     log, info, info_hd = run_facts(a)
     chosen = train.get("epoch", len(log))
     hours = sum(r["seconds"] for r in log) / 3600
-    ev_cmd = [a.bin, "eval", "--data", a.data, "--dataset", "camvid", "--split", "val", "--weights", a.weights, "--json"]
+    # A sequence-disjoint run (val_groups) is scored on its held-out groups of the pooled splits.
+    held_out = opts.get("val_groups") or []
+    pooled = []
+    for s in (opts.get("train_split", "train") + "," + opts.get("val_split", "val")).split(","):
+        for p in (["train", "val"] if s == "trainval" else [s]):
+            if p and p not in pooled:
+                pooled.append(p)
+    split_args = ["--split", ",".join(pooled), "--groups", ",".join(held_out)] + \
+        (["--group-by", opts["group_by"]] if opts.get("group_by") else []) if held_out else ["--split", "val"]
+    ev_cmd = [a.bin, "eval", "--data", a.data, "--dataset", "camvid"] + split_args + ["--weights", a.weights, "--json"]
     ev = run_json(ev_cmd)
 
     train_cmd = ("lightseg train --data ../shared/data/camvid --dataset camvid --out ../runs/camvid "
@@ -84,8 +93,11 @@ def main():
     card = {
         "name": os.path.basename(a.out),
         "weights": a.weights,
-        "dataset": "CamVid 11 classes (SegNet split): train 367 for training, val 101 "
+        "dataset": ("CamVid 11 classes, sequence-disjoint (seqval): the train and val splits pooled, the frames of "
+                    f"drive(s) {', '.join(held_out)} held out for validation, the others trained on; the held-out frames "
+                    if held_out else "CamVid 11 classes (SegNet split): train 367 for training, val 101 ")
                    + ("for reporting only (the last epoch is shipped)" if a.last else "for choosing the checkpoint"),
+        "val_groups": held_out,
         "train_command": train_cmd,
         "recipe": {k: opts.get(k) for k in ["optimizer", "lr", "weight_decay", "batch", "crop", "scale_min", "scale_max",
                                              "flip", "loss", "poly_power", "warmup_epochs", "epochs", "seed"]},
@@ -115,7 +127,7 @@ def main():
         status = (f"**Status: training is still in progress** ({card['epochs_trained']} of {card['epochs_planned']} "
                   "planned epochs);\nthese weights are the best val checkpoint so far and are replaced whenever a "
                   "later checkpoint scores higher on val.")
-    rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in ev["per_class"].items())
+    rows = "\n".join(f"| {k} | {'n/a' if v is None else f'{v:.4f}'} |" for k, v in ev["per_class"].items())
     md = f"""# Model card: {card['name']}
 
 The default network of [docs/NETWORK.md](../docs/NETWORK.md) trained from scratch on CamVid with `lightseg train`.

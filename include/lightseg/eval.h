@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "lightseg/dataset.h"
 #include "lightseg/engine.h"
@@ -20,6 +21,14 @@ struct EvalOptions {
   std::function<void(size_t, size_t)> progress;
   // evaluate only images i with i % world == rank (distributed evaluation)
   int rank = 0, world = 1;
+  // if set: the group of every sample (SegDataset::groups), scored apart as well (by_group)
+  std::vector<std::string> groups;
+};
+
+struct GroupScore {
+  std::string group;
+  ConfusionMatrix confusion{1};
+  size_t images = 0;
 };
 
 struct EvalResult {
@@ -28,9 +37,11 @@ struct EvalResult {
   size_t images = 0;
   double seconds = 0;
   std::string backend;  // what computed the predictions
+  std::vector<GroupScore> by_group;  // with EvalOptions::groups: one per group, in order of first appearance
   double miou() const { return confusion.miou(); }
   double pixel_accuracy() const { return confusion.pixel_accuracy(); }
-  // {"miou": x, "pixel_acc": y, "per_class": {name: iou, ...}, "images": n, "backend": b}
+  // {"miou": x, "pixel_acc": y, "per_class": {name: iou, ...}, "images": n, "backend": b}, and with
+  // groups "groups": {group: {"miou", "pixel_acc", "per_class", "images"}, ...}
   std::string to_json_string() const;
 };
 

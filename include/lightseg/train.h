@@ -30,6 +30,13 @@ namespace lightseg {
 struct TrainOptions {
   // data
   std::string data, dataset = "camvid", train_split = "train", val_split = "val";
+  // Sequence-disjoint validation (dataset.h, split_by_groups): when val_groups is set, the
+  // samples of train_split and val_split are pooled, those of the listed groups (drives, videos,
+  // scenes; by the rule group_by, "" = the dataset's default) are validated on and the others
+  // trained on. CamVid's seqval protocol: val_groups ["0006R0"] (configs/camvid-seqval.json).
+  // JSON: "val_groups": ["0006R0"] or "0006R0,0001TP".
+  std::vector<std::string> val_groups;
+  std::string group_by;
   std::string out_dir;
   // schedule
   int epochs = 500;
@@ -47,6 +54,9 @@ struct TrainOptions {
   std::string loss = "wce";        // wce (class-weighted CE) | ce | ohem
   double ohem_thresh = 0.7, ohem_min_kept = 1.0 / 16;
   std::vector<float> class_weights;  // empty: computed from the training labels (wce / ohem)
+  // How they are computed: "enet" 1/ln(1.10 + p) or "median" median(p)/p (median-frequency
+  // balancing, stronger for thin and rare classes); p = a class's share of the training pixels.
+  std::string class_weighting = "enet";
   // Deep supervision: > 0 adds aux_weight × (the same loss) of small heads on the two semantic
   // branches' outputs (C1.3, C1.5); training only, not part of the saved network.
   double aux_weight = 0;

@@ -85,6 +85,7 @@ SegDataset SegDataset::open(const std::string& kind, const std::string& root, co
 SegDataset SegDataset::camvid(const std::string& root, const std::string& split) {
   SegDataset d;
   d.kind_ = "camvid";
+  d.root_ = root;
   d.meta_ = ModelMeta::camvid();
   fs::path r(root);
   if (fs::exists(r / (split + ".txt"))) {
@@ -111,6 +112,7 @@ SegDataset SegDataset::camvid(const std::string& root, const std::string& split)
 SegDataset SegDataset::cityscapes(const std::string& root, const std::string& split) {
   SegDataset d;
   d.kind_ = "cityscapes";
+  d.root_ = root;
   d.meta_ = ModelMeta::cityscapes();
   fs::path img = fs::path(root) / "leftImg8bit" / split, gt = fs::path(root) / "gtFine" / split;
   if (!fs::is_directory(img) || !fs::is_directory(gt))
@@ -142,6 +144,7 @@ SegDataset SegDataset::cityscapes(const std::string& root, const std::string& sp
 SegDataset SegDataset::list(const std::string& root, const std::string& split) {
   SegDataset d;
   d.kind_ = "list";
+  d.root_ = root;
   fs::path r(root);
   fs::path meta = r / "dataset.json";
   if (!fs::exists(meta))
@@ -223,6 +226,27 @@ std::vector<float> enet_class_weights(const std::vector<int64_t>& counts, double
     w.push_back(static_cast<float>(1.0 / std::log(c + p)));
   }
   return w;
+}
+
+std::vector<float> median_frequency_class_weights(const std::vector<int64_t>& counts) {
+  double total = 0;
+  for (auto n : counts) total += static_cast<double>(n);
+  std::vector<double> p;
+  for (auto n : counts)
+    if (n > 0) p.push_back(static_cast<double>(n) / total);
+  if (p.empty()) return std::vector<float>(counts.size(), 1.0f);
+  std::sort(p.begin(), p.end());
+  const size_t m = p.size();
+  const double median = m % 2 ? p[m / 2] : 0.5 * (p[m / 2 - 1] + p[m / 2]);
+  std::vector<float> w;
+  for (auto n : counts) w.push_back(n > 0 ? static_cast<float>(median / (static_cast<double>(n) / total)) : 0.0f);
+  return w;
+}
+
+std::vector<float> class_weights_from_counts(const std::vector<int64_t>& counts, const std::string& method) {
+  if (method == "enet") return enet_class_weights(counts);
+  if (method == "median") return median_frequency_class_weights(counts);
+  throw std::invalid_argument("class_weighting must be enet or median, got '" + method + "'");
 }
 
 }  // namespace lightseg

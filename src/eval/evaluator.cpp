@@ -12,14 +12,27 @@ namespace lightseg {
 
 namespace fs = std::filesystem;
 
-nlohmann::json to_json(const EvalResult& r) {
+static nlohmann::json per_class(const ConfusionMatrix& m, const std::vector<std::string>& names) {
   nlohmann::json per = nlohmann::json::object();
-  auto iou = r.confusion.iou();
+  auto iou = m.iou();
   for (size_t c = 0; c < iou.size(); ++c) {
-    const std::string name = c < r.class_names.size() ? r.class_names[c] : "class" + std::to_string(c);
+    const std::string name = c < names.size() ? names[c] : "class" + std::to_string(c);
     per[name] = std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
   }
-  return {{"miou", r.miou()}, {"pixel_acc", r.pixel_accuracy()}, {"per_class", per}, {"images", r.images}, {"backend", r.backend}};
+  return per;
+}
+
+nlohmann::json to_json(const EvalResult& r) {
+  nlohmann::json j{{"miou", r.miou()}, {"pixel_acc", r.pixel_accuracy()}, {"per_class", per_class(r.confusion, r.class_names)},
+                   {"images", r.images}, {"backend", r.backend}};
+  if (!r.by_group.empty()) {
+    nlohmann::json g = nlohmann::json::object();
+    for (const auto& s : r.by_group)
+      g[s.group] = {{"miou", s.confusion.miou()}, {"pixel_acc", s.confusion.pixel_accuracy()},
+                    {"per_class", per_class(s.confusion, r.class_names)}, {"images", s.images}};
+    j["groups"] = g;
+  }
+  return j;
 }
 
 std::string EvalResult::to_json_string() const { return to_json(*this).dump(); }
@@ -35,11 +48,26 @@ EvalResult evaluate(const Network& net, const ModelMeta& meta, const SegDataset&
   auto engine = make_engine(net, meta, o.engine);
   r.backend = engine->backend();
   if (!o.save_dir.empty()) fs::create_directories(o.save_dir);
+  if (!o.groups.empty() && o.groups.size() != data.size())
+    throw std::invalid_argument("EvalOptions::groups has " + std::to_string(o.groups.size()) + " entries but the dataset " +
+                                std::to_string(data.size()) + " samples");
+  std::vector<size_t> group_of(o.groups.size());  // sample → index in r.by_group
+  for (size_t i = 0; i < o.groups.size(); ++i) {
+    size_t g = 0;
+    while (g < r.by_group.size() && r.by_group[g].group != o.groups[i]) ++g;
+    if (g == r.by_group.size()) r.by_group.push_back({o.groups[i], ConfusionMatrix(data.num_classes(), kIgnore), 0});
+    group_of[i] = g;
+  }
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = static_cast<size_t>(o.rank); i < data.size(); i += static_cast<size_t>(o.world)) {
     auto [img, lab] = data.load(i);
     auto pred = engine->labels(to_rgb_chw_float(img).unsqueeze(0))[0].to(torch::kCPU);
     r.confusion.update(pred, lab);
+    if (!group_of.empty()) {
+      auto& g = r.by_group[group_of[i]];
+      g.confusion.update(pred, lab);
+      ++g.images;
+    }
     if (!o.save_dir.empty()) {
       auto name = fs::path(data.sample(i).image).stem().string() + ".png";
       write_png((fs::path(o.save_dir) / name).string(), pred.to(torch::kUInt8));

@@ -113,19 +113,30 @@ std::vector<float> cached_class_weights(const SegDataset& ds, const TrainOptions
                                         const std::function<void(const std::string&)>& say) {
   using nlohmann::json;
   fs::path cache = fs::path(o.out_dir) / "class_weights.json";
-  const std::string key = ds.kind() + ":" + fs::weakly_canonical(o.data).string() + ":" + o.train_split + ":" +
-                          std::to_string(ds.size());
+  // The pixel counts are cached; the weights follow from them by o.class_weighting.
+  std::string key = ds.kind() + ":" + fs::weakly_canonical(o.data).string() + ":" + o.train_split + ":" +
+                    std::to_string(ds.size());
+  if (!o.val_groups.empty()) {
+    key += ":pooled " + pool_splits(o.train_split, o.val_split) + " without";
+    for (const auto& g : o.val_groups) key += " " + g;
+    key += " by " + o.group_by;
+  }
+  std::vector<int64_t> counts;
   if (fs::exists(cache)) {
     try {
       auto j = read_json_file(cache.string());
-      if (j.value("key", "") == key) return json_numbers<float>(j.at("weights"), "weights");
+      if (j.value("key", "") == key) counts = j.at("counts").get<std::vector<int64_t>>();
     } catch (...) {  // unreadable or stale: computed again below
+      counts.clear();
     }
   }
-  if (say) say("computing class weights from " + std::to_string(ds.size()) + " training labels");
-  auto counts = ds.class_histogram();
-  auto w = enet_class_weights(counts);
-  write_file_atomic(cache.string(), json{{"key", key}, {"counts", counts}, {"weights", w}}.dump(1));
+  if (counts.size() != static_cast<size_t>(ds.num_classes())) {
+    if (say) say("computing class weights from " + std::to_string(ds.size()) + " training labels");
+    counts = ds.class_histogram();
+  }
+  auto w = class_weights_from_counts(counts, o.class_weighting);
+  write_file_atomic(cache.string(),
+                    json{{"key", key}, {"counts", counts}, {"method", o.class_weighting}, {"weights", w}}.dump(1));
   return w;
 }
 

@@ -42,9 +42,10 @@ struct StaleTemporaries {
 // without a lock, or the PID reused: either way the file can wait for the next run).
 StaleTemporaries remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names);
 
-// The class weights of the training split (enet_class_weights of its label histogram), cached
-// in RUN/class_weights.json under a key of the dataset kind, folder, split and size; `say`
-// tells when they are computed (a pass over every label).
+// The class weights of the training set (class_weights_from_counts of its label histogram by
+// o.class_weighting); the histogram is cached in RUN/class_weights.json under a key of the
+// dataset kind, folder, split, size and held-out groups; `say` tells when it is computed (a
+// pass over every label).
 std::vector<float> cached_class_weights(const SegDataset& ds, const TrainOptions& o,
                                         const std::function<void(const std::string&)>& say);
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -19,16 +20,46 @@ torch::Device device_from_string(const std::string& s) {
     throw std::invalid_argument("train option 'device' must be cpu, cuda or cuda:N, got '" + s + "'");
   }
 }
+// "val_groups": a list of names or one string of names joined by commas.
+std::vector<std::string> group_list(const json& v) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& s) {
+    std::string x;
+    for (size_t i = 0; i <= s.size(); ++i) {
+      if (i == s.size() || s[i] == ',') {
+        const size_t a = x.find_first_not_of(" \t"), b = x.find_last_not_of(" \t");
+        if (a != std::string::npos) out.push_back(x.substr(a, b - a + 1));
+        x.clear();
+      } else {
+        x += s[i];
+      }
+    }
+  };
+  if (v.is_string()) add(v.get<std::string>());
+  else if (v.is_array())
+    for (const auto& e : v) {
+      if (!e.is_string()) throw std::invalid_argument("train.val_groups must be a list of group names (strings)");
+      add(e.get<std::string>());
+    }
+  else
+    throw std::invalid_argument("train.val_groups must be a list of group names or a comma-separated string");
+  for (size_t i = 0; i < out.size(); ++i)
+    if (std::find(out.begin(), out.begin() + i, out[i]) != out.begin() + i)
+      throw std::invalid_argument("train.val_groups names '" + out[i] + "' twice");
+  return out;
+}
 }  // namespace
 
 json to_json(const TrainOptions& o) {
   return json{{"data", o.data}, {"dataset", o.dataset}, {"train_split", o.train_split}, {"val_split", o.val_split},
+              {"val_groups", o.val_groups}, {"group_by", o.group_by},
               {"out_dir", o.out_dir}, {"epochs", o.epochs}, {"batch", o.batch}, {"crop", {o.crop_h, o.crop_w}},
               {"optimizer", o.optimizer}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"momentum", o.momentum},
               {"nesterov", o.nesterov}, {"bn_weight_decay", o.bn_weight_decay}, {"warmup_epochs", o.warmup_epochs},
               {"warmup_start", o.warmup_start}, {"poly_power", o.poly_power}, {"scale_min", o.scale_min},
               {"scale_max", o.scale_max}, {"jitter", o.jitter}, {"flip", o.flip}, {"loss", o.loss},
               {"ohem_thresh", o.ohem_thresh}, {"ohem_min_kept", o.ohem_min_kept}, {"class_weights", o.class_weights},
+              {"class_weighting", o.class_weighting},
               {"aux_weight", o.aux_weight}, {"ema_decay", o.ema_decay},
               {"time_limit_min", o.time_limit_min}, {"device", o.device.str()}, {"val_every", o.val_every}, {"seed", o.seed},
               {"workers", o.workers}, {"prefetch", o.prefetch}, {"channels_last", o.channels_last}, {"amp", o.amp}, {"amp_cpu", o.amp_cpu},
@@ -47,6 +78,8 @@ void apply_json(TrainOptions& o, const json& j) {
       else if (k == "dataset") o.dataset = v.get<std::string>();
       else if (k == "train_split") o.train_split = v.get<std::string>();
       else if (k == "val_split") o.val_split = v.get<std::string>();
+      else if (k == "val_groups") o.val_groups = group_list(v);
+      else if (k == "group_by") o.group_by = v.get<std::string>();
       else if (k == "out_dir") o.out_dir = v.get<std::string>();
       else if (k == "epochs") o.epochs = json_number<int>(v, "train." + k);
       else if (k == "batch") o.batch = json_number<int>(v, "train." + k);
@@ -68,6 +101,7 @@ void apply_json(TrainOptions& o, const json& j) {
       else if (k == "ohem_thresh") o.ohem_thresh = v.get<double>();
       else if (k == "ohem_min_kept") o.ohem_min_kept = v.get<double>();
       else if (k == "class_weights") o.class_weights = json_numbers<float>(v, "train." + k);
+      else if (k == "class_weighting") o.class_weighting = v.get<std::string>();
       else if (k == "aux_weight") o.aux_weight = v.get<double>();
       else if (k == "ema_decay") o.ema_decay = v.get<double>();
       else if (k == "time_limit_min") o.time_limit_min = v.get<double>();
@@ -137,6 +171,11 @@ void TrainOptions::validate() const {
        "train: crop must be 32x32 .. 16384x16384, got " + std::to_string(crop_h) + "x" + std::to_string(crop_w));
   need(optimizer == "adam" || optimizer == "adamw" || optimizer == "sgd", "train: optimizer must be adam, adamw or sgd, got '" + optimizer + "'");
   need(loss == "wce" || loss == "ce" || loss == "ohem", "train: loss must be wce, ce or ohem, got '" + loss + "'");
+  need(class_weighting == "enet" || class_weighting == "median",
+       "train: class_weighting must be enet or median, got '" + class_weighting + "'");
+  need(group_by.empty() || group_by == "prefix" || group_by == "dir" || group_by.rfind("regex:", 0) == 0 ||
+           group_by.rfind("file:", 0) == 0,
+       "train: group_by must be prefix, dir, regex:PATTERN or file:PATH, got '" + group_by + "'");
   need(lr > 0, "train: lr must be > 0");
   need(weight_decay >= 0, "train: weight_decay must be >= 0");
   need(scale_min > 0 && scale_max >= scale_min, "train: need 0 < scale_min <= scale_max");

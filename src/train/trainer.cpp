@@ -1,6 +1,7 @@
 // The training loop (see include/lightseg/train.h for the contract). Its parts: the run
 // folder (run_folder.h), the state in a checkpoint (checkpoint.cpp), the schedule
 // (schedule.h), the optimizer (optimizer.h), the EMA (ema.h) and one step (step.h).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -105,12 +106,33 @@ void Trainer::check_process_group() {
 }
 
 void Trainer::open_data() {
-  train_ds_ = std::make_unique<SegDataset>(SegDataset::open(o_.dataset, o_.data, o_.train_split));
-  if (o_.val_every > 0) {
+  if (!o_.val_groups.empty()) {  // sequence-disjoint: pool both splits, hold out whole groups
+    GroupSplit g = split_by_groups(SegDataset::open(o_.dataset, o_.data, pool_splits(o_.train_split, o_.val_split)),
+                                   o_.group_by, o_.val_groups);
+    say("sequence-disjoint validation (" + pool_splits(o_.train_split, o_.val_split) + " pooled, groups by " +
+        (o_.group_by.empty() ? std::string("the dataset's default") : o_.group_by) + "): " + g.describe());
+    train_ds_ = std::make_unique<SegDataset>(std::move(g.train));
+    val_ds_ = std::make_unique<SegDataset>(std::move(g.val));
+  } else {
+    train_ds_ = std::make_unique<SegDataset>(SegDataset::open(o_.dataset, o_.data, o_.train_split));
+  }
+  if (o_.val_every > 0 && !val_ds_) {
     try {
       val_ds_ = std::make_unique<SegDataset>(SegDataset::open(o_.dataset, o_.data, o_.val_split));
     } catch (const std::exception& e) {
       say(std::string("no validation split (") + e.what() + "): training without val mIoU");
+    }
+  }
+  if (val_ds_ && o_.val_groups.empty()) {  // frames of one video on both sides: say so
+    try {
+      auto tg = group_counts(train_ds_->groups(o_.group_by)), vg = group_counts(val_ds_->groups(o_.group_by));
+      std::vector<std::pair<std::string, size_t>> shared;
+      for (const auto& v : vg)
+        if (std::any_of(tg.begin(), tg.end(), [&](const auto& t) { return t.first == v.first; })) shared.push_back(v);
+      if (!shared.empty())
+        say("note: val images of groups also trained on (" + describe_groups(shared) +
+            "): neighbouring frames make val mIoU optimistic; --val-groups holds out whole groups");
+    } catch (const std::exception&) {  // no grouping for these names: nothing to say
     }
   }
   meta_ = train_ds_->meta();

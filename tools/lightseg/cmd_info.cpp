@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "lightseg/dataset.h"
 #include "lightseg/network.h"
 #include "lightseg/engine.h"
 #include "lightseg/runtime.h"
@@ -22,7 +23,33 @@ static std::string shape(const std::vector<int64_t>& s) {
 void add_info(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("info", "Show the network: per-module output shape, parameters and MACs");
   add_options(sub, a, {Opt::Config, Opt::Weights, Opt::Size, Opt::Json, Opt::Threads});
+  // --groups: a dataset's groups (what --val-groups can hold out) instead of the network.
+  static std::string data, dataset = "camvid", split = "train,val", group_by;
+  static bool groups = false;
+  auto* g = sub->add_option_group("groups", "A dataset's groups (drives, videos, scenes) for train --val-groups");
+  g->add_flag("--groups", groups, "List the groups of --data's --split with their image counts, and stop");
+  g->add_option("--data", data, "Dataset root folder (with --groups)");
+  g->add_option("--dataset", dataset, "camvid, cityscapes or list (with --groups)")->capture_default_str();
+  g->add_option("--split", split, "Split(s), joined by commas (with --groups)")->capture_default_str();
+  g->add_option("--group-by", group_by, "prefix, dir, regex:PATTERN or file:PATH (default: dir for cityscapes, else prefix)");
   sub->callback([&a]() {
+    if (groups) {
+      if (data.empty()) throw std::invalid_argument("info --groups needs --data DIR");
+      auto ds = SegDataset::open(dataset, data, split);
+      auto counts = group_counts(ds.groups(group_by));
+      const std::string rule = group_by.empty() ? (dataset == "cityscapes" ? "dir" : "prefix") : group_by;
+      if (a.json) {
+        nlohmann::json j = nlohmann::json::object();
+        for (const auto& [name, n] : counts) j[name] = n;
+        std::cout << nlohmann::json{{"split", split}, {"group_by", rule}, {"images", ds.size()}, {"groups", j}}.dump()
+                  << std::endl;
+        return;
+      }
+      std::printf("%s %s: %zu images in %zu groups (group_by %s)\n", dataset.c_str(), split.c_str(), ds.size(),
+                  counts.size(), rule.c_str());
+      for (const auto& [name, n] : counts) std::printf("%-24s %6zu\n", name.c_str(), n);
+      return;
+    }
     init_runtime(a.threads);
     auto [h, w] = parse_size(a.size);
     NetworkConfig cfg;

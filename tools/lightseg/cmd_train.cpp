@@ -57,6 +57,13 @@ const TrainFlag kTrainFlags[] = {
     {"--val-every", "val_every", "Evaluate on the val split every N epochs (0: never)"},
     {"--train-split", "train_split", "Split(s) to train on: one name, several joined by commas, or trainval (= train,val)"},
     {"--val-split", "val_split", "Split scored every --val-every epochs"},
+    {"--val-groups", "val_groups",
+     "Sequence-disjoint validation: pool --train-split and --val-split, validate on the images of these groups "
+     "(comma list, e.g. 0006R0: a CamVid drive), train on the others"},
+    {"--group-by", "group_by",
+     "A sample's group for --val-groups: prefix (file name up to the first _), dir (parent folder), regex:PATTERN "
+     "(first capture group in the file name) or file:PATH (\"image group\" lines); default: dir for cityscapes, else prefix"},
+    {"--class-weighting", "class_weighting", "Class weights of wce/ohem: enet (1/ln(1.10+p)) or median (median-frequency balancing)"},
     {"--seed", "seed", "Random seed"},
     {"--workers", "workers", "Data-loading threads"},
     {"--max-iters", "max_iters", "Cap iterations per epoch (smoke tests; 0: none)"},
@@ -88,7 +95,8 @@ std::string assignment(const TrainFlag& f, const std::string& value, const nlohm
     return "crop=[" + std::to_string(h) + "," + std::to_string(w) + "]";
   }
   const nlohmann::json& d = defaults.at(f.key);
-  return std::string(f.key) + "=" + (d.is_string() ? nlohmann::json(value).dump() : value);
+  const bool text = d.is_string() || std::string(f.key) == "val_groups";  // "0006R0,0001TP" is a string
+  return std::string(f.key) + "=" + (text ? nlohmann::json(value).dump() : value);
 }
 
 int free_port() {
@@ -171,7 +179,7 @@ void add_train(CLI::App& app, Args& a) {
     const TrainFlag& f = kTrainFlags[i];
     if (f.kind == Kind::Value) {
       const nlohmann::json& d = defaults.at(f.key);
-      std::string shown = d.is_string() ? d.get<std::string>() : d.dump();
+      std::string shown = d.is_string() ? d.get<std::string>() : d.is_array() && d.empty() ? "" : d.dump();
       if (std::string(f.key) == "crop") shown = d[0].dump() + "x" + d[1].dump();
       const char* type = d.is_number_integer() ? "INT" : d.is_number() ? "FLOAT" : std::string(f.key) == "crop" ? "HxW" : "TEXT";
       t.options[i] = sub->add_option(f.flag, t.values[i], f.help)->default_str(shown)->type_name(type);
@@ -240,7 +248,7 @@ void add_train(CLI::App& app, Args& a) {
     o.resume = t.resume;
     o.rank = dc.rank;
     o.world = dc.world;
-    if (o.val_every > 0) {
+    if (o.val_every > 0 && o.val_groups.empty()) {
       std::string ts = "," + (o.train_split == "trainval" ? std::string("train,val") : o.train_split) + ",";
       if (ts.find("," + o.val_split + ",") != std::string::npos)
         std::fprintf(stderr, "note: the val split '%s' is also trained on: its mIoU is not a held-out score "
