@@ -5,9 +5,9 @@
 # forward within one session; the run folders live outside the repository.
 #   scripts/recipe_study.sh MINUTES          # train for MINUTES in all, then write the table
 #   scripts/recipe_study.sh 0                # only write the table from the committed logs
-# STUDY=1 (default): the first study (docs/recipe-study.md), finished; every arm trained with
-#   the bf16 dilated-depthwise gradient fault (docs/training.md).
-# STUDY=2: its rerun with the trainer that has the fix (docs/recipe-study-2.md).
+# STUDY=1 (default): the first study (docs/history/recipe-study.md), finished; every arm trained with
+#   the bf16 dilated-depthwise gradient fault (docs/history/training.md).
+# STUDY=2: its rerun with the trainer that has the fix (docs/history/recipe-study-2.md).
 # ARMS="aux ema" limits a run to those arms and THREADS=N sets each trainer's threads, so
 # that two runs over disjoint arms can share a machine (each arm's protocol is unchanged).
 # Across sessions (machines): after each turn an arm's last.lsw and log.jsonl are copied to
@@ -25,12 +25,12 @@ STUDY=${STUDY:-1}
 DATA=${CAMVID:-../shared/data/camvid}
 BIN=${LIGHTSEG_BIN:-build/bin/lightseg}
 case "$STUDY" in
-  1) ROOT=${STUDY_DIR:-../runs/study}; KEEP=models/checkpoints/study-; DOC=docs/recipe-study.md
+  1) ROOT=${STUDY_DIR:-../runs/study}; KEEP=models/checkpoints/study-; DOC=docs/history/recipe-study.md
      # Stopped in the eleventh session at 31 epochs, for the CPU budget: finishing it (49 arm-epochs,
      # about 2.5 CPU-hours) would have held back the trainval run by most of a session, and both of
      # its parts (ohem, aux) had finished below the baseline.
      STOPPED="ohem-aux"; DEFAULT_ARMS="" ;;
-  2) ROOT=${STUDY_DIR:-../runs/study2}; KEEP=models/checkpoints/study2-; DOC=docs/recipe-study-2.md
+  2) ROOT=${STUDY_DIR:-../runs/study2}; KEEP=models/checkpoints/study2-; DOC=docs/history/recipe-study-2.md
      # the first study's finished arms; ohem-aux, stopped there, is not rerun
      STOPPED=""; DEFAULT_ARMS="baseline aux ema ohem strong-aug" ;;
   *) echo "recipe_study: STUDY must be 1 or 2, not '$STUDY'" >&2; exit 2 ;;
