@@ -66,4 +66,4 @@ tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r du -cb
 carry=$(du -sb "$OUT" | cut -f1)
 total=$(( (tree + carry) / 1048576 ))
 echo "pack_carry: working tree $((tree / 1048576)) MiB + .carry $((carry / 1048576)) MiB = $total MiB (limit 64)" >&2
-[ "$total" -lt 64 ] || echo "pack_carry: warning: over the limit; the committed resumable checkpoints of finished runs (models/checkpoints/) can leave the tree (git rm: they stay in history)" >&2
+[ "$total" -lt 64 ] || echo "pack_carry: warning: over the limit; the tree should hold only the shipped weights: training state (resumable checkpoints) belongs in run folders outside the repository, never in the tree" >&2

@@ -8,7 +8,7 @@ table can be rewritten on a machine that never had the run folders).
 """
 import argparse, glob, json, os
 
-# Study 1: every arm with the bf16 dilated-depthwise weight-gradient fault (docs/training.md).
+# Study 1: every arm with the bf16 dilated-depthwise weight-gradient fault (docs/history/training.md).
 INTRO_1 = [
     "2 epochs, `scripts/recipe_study.sh` (2-core AMD EPYC, two arms at a time, one thread each). Val mIoU at the",
     "same epochs for every arm; **final** = the mean of the evaluations at epochs {last3}. The rule, fixed",
@@ -17,7 +17,7 @@ INTRO_1 = [
     "images/s: the median over the arm's epochs, with the machine shared (a ratio between arms, not a speed;",
     "strong-aug's epochs 27–80 ran alone on two threads, so its figure is not comparable).",
     "All arms ran one trainer, the one from before the bf16 fault in the dilated depthwise weight gradients was",
-    "found (docs/training.md): until the tenth session the binary built then, from the eleventh the current one with",
+    "found (docs/history/training.md): until the tenth session the binary built then, from the eleventh the current one with",
     "the fix switched off (`LIGHTSEG_PHASED_DEPTHWISE=0`, the same convolution code, and torch's cross-entropy).",
     "They compare recipes under the same faulty trainer; the trainval run trains with the fix.", ""]
 STOPPED_1 = [
@@ -45,12 +45,12 @@ INTRO_2 = [
     "2 epochs, `STUDY=2 scripts/recipe_study.sh` (2-core AMD EPYC, arms in turns, resumable across sessions",
     "from the checkpoints committed in `models/checkpoints/study2-ARM/`). The rerun of the first study",
     "([recipe-study.md](recipe-study.md)) with the trainer that has the fix for the bf16 fault in the dilated",
-    "depthwise weight gradients (docs/training.md): same arms, seed, schedule and rule. Val mIoU at the same",
+    "depthwise weight gradients (docs/history/training.md): same arms, seed, schedule and rule. Val mIoU at the same",
     "epochs for every arm; **final** = the mean of the evaluations at epochs {last3}. The rule, fixed before",
     "any arm started: the arm with the highest final score is kept if it beats the baseline's by more than",
     "0.005; otherwise the baseline recipe stays. images/s: the median over the arm's epochs (a ratio between",
     "arms run under the same sharing, not a speed). From aux's epoch 65 and ema's epoch 3 on, the trainers run the",
-    "fused BatchNorm→PReLU operator (docs/training.md: the same math up to float rounding, 11–30 % faster), so",
+    "fused BatchNorm→PReLU operator (docs/history/training.md: the same math up to float rounding, 11–30 % faster), so",
     "the images/s of ema, ohem and strong-aug are not comparable with baseline's and aux's.", ""]
 
 READING_2 = [
