@@ -13,41 +13,39 @@ void set_autocast(at::DeviceType type, bool on) {
 }
 
 BufferSnapshot::BufferSnapshot(const std::vector<torch::Tensor>& buffers) {
+  torch::NoGradGuard ng;
   for (const auto& b : buffers) buffers_[b.scalar_type()].push_back(b);
+  for (auto& [type, bs] : buffers_) {
+    int64_t n = 0;
+    for (const auto& b : bs) n += b.numel();
+    auto opts = bs.front().options().requires_grad(false);
+    saved_[type] = torch::empty({n}, opts);
+    now_[type] = torch::empty({n}, opts);
+    int64_t off = 0;
+    for (const auto& b : bs) {
+      saved_views_[type].push_back(saved_[type].narrow(0, off, b.numel()).view(b.sizes()));
+      now_views_[type].push_back(now_[type].narrow(0, off, b.numel()).view(b.sizes()));
+      off += b.numel();
+    }
+  }
 }
 
 void BufferSnapshot::save() {
   torch::NoGradGuard ng;
-  for (auto& [type, bs] : buffers_) {
-    std::vector<torch::Tensor> flat;
-    for (const auto& b : bs) flat.push_back(b.detach().reshape({-1}));
-    saved_[type] = torch::cat(flat);
-  }
+  for (auto& [type, bs] : buffers_) compat::foreach_copy_(saved_views_[type], bs);
 }
 
 void BufferSnapshot::restore() {
   torch::NoGradGuard ng;
-  for (auto& [type, bs] : buffers_) {
-    int64_t off = 0;
-    for (auto& b : bs) {
-      b.copy_(saved_[type].narrow(0, off, b.numel()).view(b.sizes()));
-      off += b.numel();
-    }
-  }
+  for (auto& [type, bs] : buffers_) compat::foreach_copy_(bs, saved_views_[type]);
 }
 
 void BufferSnapshot::restore_unless(const torch::Tensor& ok) {
   torch::NoGradGuard ng;
   for (auto& [type, bs] : buffers_) {
-    std::vector<torch::Tensor> flat, views;
-    for (const auto& b : bs) flat.push_back(b.detach().reshape({-1}));
-    auto kept = torch::where(ok, torch::cat(flat), saved_[type]);
-    int64_t off = 0;
-    for (auto& b : bs) {
-      views.push_back(kept.narrow(0, off, b.numel()).view(b.sizes()));
-      off += b.numel();
-    }
-    compat::foreach_copy_(bs, views);
+    compat::foreach_copy_(now_views_[type], bs);
+    now_[type].copy_(torch::where(ok, now_[type], saved_[type]));
+    compat::foreach_copy_(bs, now_views_[type]);
   }
 }
 

@@ -17,8 +17,9 @@
 
 namespace lightseg {
 
-// The BatchNorm running statistics (and every other buffer) of some modules, saved as one
-// flat copy per dtype (one kernel each on CUDA, not hundreds) and put back on a skipped step.
+// The BatchNorm running statistics (and every other buffer) of some modules, saved into one
+// flat copy per dtype (one multi-tensor copy each on CUDA, not hundreds of kernels) and put back
+// on a skipped step.
 class BufferSnapshot {
  public:
   explicit BufferSnapshot(const std::vector<torch::Tensor>& buffers);
@@ -29,7 +30,8 @@ class BufferSnapshot {
 
  private:
   std::map<c10::ScalarType, std::vector<torch::Tensor>> buffers_;
-  std::map<c10::ScalarType, torch::Tensor> saved_;
+  std::map<c10::ScalarType, torch::Tensor> saved_, now_;                    // flat, per dtype
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> saved_views_, now_views_;  // one per buffer
 };
 
 struct StepParts {
