@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 
 #include <torch/cuda.h>
@@ -12,6 +13,7 @@
 #include "data/batch_augment.h"
 #include "data/data_cache.h"
 #include "lightseg/dataset.h"
+#include "lightseg/network.h"
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
 #include "synthetic.h"
@@ -81,10 +83,8 @@ TEST(Cuda, ForeachAdamStepsAsTorchAdam) {
   }
 }
 
-TEST(Cuda, TrainsFromTheDeviceCacheAndResumesOnTheCpu) {
-  SKIP_WITHOUT_CUDA();
-  auto dir = fixtures::temp_dir("cuda_train");
-  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+namespace {
+TrainOptions tiny_cuda(const std::filesystem::path& dir) {
   TrainOptions o;
   o.data = (dir / "data").string();
   o.dataset = "list";
@@ -92,15 +92,24 @@ TEST(Cuda, TrainsFromTheDeviceCacheAndResumesOnTheCpu) {
   o.device = torch::Device(torch::kCUDA);
   o.batch = 4;
   o.crop_h = o.crop_w = 64;
-  o.epochs = 6;
   o.lr = 5e-3;
   o.loss = "ce";
   o.val_split = "train";
-  o.val_every = 6;
-  o.jitter = 0.2;
   o.network.c0 = 16;
   o.network.c1 = 32;
   o.network.c2 = 48;
+  return o;
+}
+}  // namespace
+
+TEST(Cuda, TrainsFromTheDeviceCacheAndResumesOnTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  auto dir = fixtures::temp_dir("cuda_train");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  TrainOptions o = tiny_cuda(dir);
+  o.epochs = 6;
+  o.val_every = 6;
+  o.jitter = 0.2;
   std::vector<std::string> messages;
   TrainCallbacks cb;
   cb.on_message = [&](const std::string& m) { messages.push_back(m); };
@@ -123,5 +132,42 @@ TEST(Cuda, TrainsFromTheDeviceCacheAndResumesOnTheCpu) {
   ASSERT_TRUE(train(oc, {}).finished);
   auto w = read_weights((dir / "run" / "last.lsw").string());
   EXPECT_EQ(train_state(w)->epoch, 7);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cuda, ANonFiniteStepIsSkippedOnTheDeviceWithoutAnUpdate) {
+  // The defaults on CUDA decide the skip on the device (sync_every 20): step 4 of 4 gets a NaN
+  // gradient; the weights stay those before it, the BatchNorm statistics those before its forward.
+  SKIP_WITHOUT_CUDA();
+  auto dir = fixtures::temp_dir("cuda_nonfinite");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  TrainOptions o = tiny_cuda(dir);
+  o.epochs = 2;
+  o.val_every = 0;
+  std::map<std::string, torch::Tensor> weights_before, buffers_before;
+  int step = 0;
+  TrainCallbacks cb;
+  cb.after_backward = [&](Network& net) {
+    ++step;
+    if (step == 3)
+      for (const auto& b : net->named_buffers()) buffers_before[b.key()] = b.value().detach().cpu().clone();
+    if (step == 4) {
+      for (const auto& p : net->named_parameters()) weights_before[p.key()] = p.value().detach().cpu().clone();
+      net->parameters().front().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+  };
+  auto r = train(o, cb);
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.history.size(), 2u);
+  EXPECT_EQ(r.history[0].skipped_steps, 0);
+  EXPECT_EQ(r.history[1].skipped_steps, 1);
+  EXPECT_TRUE(std::isfinite(r.history[1].loss));
+  ModelMeta meta;
+  Network net = load_network((dir / "run" / "last.lsw").string(), &meta);
+  ASSERT_FALSE(weights_before.empty());
+  for (const auto& p : net->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value().cpu(), weights_before.at(p.key()))) << p.key();
+  for (const auto& b : net->named_buffers())
+    EXPECT_TRUE(torch::equal(b.value().cpu(), buffers_before.at(b.key()))) << b.key();
   std::filesystem::remove_all(dir);
 }
