@@ -10,9 +10,11 @@ configuration / weights file), so a .lsw weights file loads here unchanged.
   /usr/bin/python3 bench/pytorch_reference.py --size 360x480 --threads 2          # inference
   /usr/bin/python3 bench/pytorch_reference.py --train --threads 2                  # training
   /usr/bin/python3 bench/pytorch_reference.py --weights m.lsw --save-logits out.npy ...
+  python3 bench/pytorch_reference.py --device cuda --precision fp16 --cuda-graph --batch 8  # GPU peer
 
 Inference: eval mode, channels_last, torch.no_grad(), input N×3×H×W RGB 0..255 normalised
-inside the timed call (as `lightseg bench` does). Training: batch 8, 360×480 crops,
+inside the timed call (as `lightseg bench` does). On CUDA: cudnn.benchmark, weights and input in
+--precision, optionally the call replayed as a CUDA graph; each timed call ends with a synchronize. Training: batch 8, 360×480 crops,
 Adam, cross-entropy (ignore 255), channels_last, random data (speed does not depend on it).
 The last stdout line with --json is one JSON object.
 """
@@ -257,43 +259,80 @@ def percentile(xs, q):
 
 def bench_inference(net, args, mean, std):
     h, w = parse_size(args.size)
+    cuda = args.device == "cuda"
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda: this torch sees no CUDA GPU")
+    if not cuda and dtype != torch.float32:
+        raise SystemExit("error: --precision fp16/bf16 is for --device cuda")
+    dev = torch.device(args.device)
+    if cuda:
+        torch.backends.cudnn.benchmark = True
     net.eval()
-    net = net.to(memory_format=torch.channels_last)
-    mean = torch.tensor(mean).view(1, 3, 1, 1)
-    std = torch.tensor(std).view(1, 3, 1, 1)
+    net = net.to(device=dev, dtype=dtype, memory_format=torch.channels_last)
+    mean = torch.tensor(mean, device=dev).view(1, 3, 1, 1)
+    std = torch.tensor(std, device=dev).view(1, 3, 1, 1)
     torch.manual_seed(0)
-    x = torch.rand(args.batch, 3, h, w) * 255
+    x = (torch.rand(args.batch, 3, h, w) * 255).to(dev)
 
     def run():
         with torch.no_grad():
-            y = ((x - mean) / std).contiguous(memory_format=torch.channels_last)
+            y = ((x - mean) / std).to(dtype).contiguous(memory_format=torch.channels_last)
             return net(y)
 
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    graph = None
+    if args.cuda_graph:
+        if not cuda:
+            raise SystemExit("error: --cuda-graph needs --device cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (cuDNN's autotuning) outside the capture
+            for _ in range(max(3, args.warmup)):
+                run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = run()
+
+        def call():
+            graph.replay()
+            return static_out
+    else:
+        call = run
     for _ in range(args.warmup):
-        run()
+        call()
+    sync()
     times = []
     for _ in range(args.iters):
         t0 = time.perf_counter()
-        out = run()
+        out = call()
+        sync()
         times.append((time.perf_counter() - t0) * 1e3)
     if args.save_logits:
         import numpy as np
-        np.save(args.save_logits, out.contiguous().numpy())
+        np.save(args.save_logits, out.float().cpu().contiguous().numpy())
     if args.labels:
         with open(args.labels[0], "rb") as f:
-            img = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).view(1, 3, h, w)
+            img = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).view(1, 3, h, w).to(dev)
         with torch.no_grad():
-            labels = net(((img - mean) / std).contiguous(memory_format=torch.channels_last)).argmax(1)
+            labels = net(((img - mean) / std).to(dtype).contiguous(memory_format=torch.channels_last)).argmax(1)
         with open(args.labels[1], "wb") as f:
-            f.write(labels.to(torch.uint8).contiguous().numpy().tobytes())
+            f.write(labels.to(torch.uint8).cpu().contiguous().numpy().tobytes())
     p50 = statistics.median(times)
+    backend = "pytorch-" + ("cuda-graph" if graph is not None else "eager")
     r = {"size": [h, w], "batch": args.batch, "threads": torch.get_num_threads(), "p50_ms": round(p50, 3),
          "p90_ms": round(percentile(times, 0.9), 3), "p99_ms": round(percentile(times, 0.99), 3),
          "fps": round(1e3 / p50, 2), "images_per_s": round(args.batch * 1e3 / p50, 2),
-         "backend": "pytorch-eager", "torch": torch.__version__}
-    print(f"pytorch {torch.__version__} eager, channels_last, no_grad, {r['threads']} threads, "
-          f"batch {args.batch}, {h}x{w}: median {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, "
-          f"p99 {r['p99_ms']:.2f} ms, {r['fps']:.1f} FPS, {r['images_per_s']:.1f} images/s")
+         "backend": backend, "device": args.device, "precision": args.precision, "torch": torch.__version__}
+    if cuda:
+        r["gpu"] = torch.cuda.get_device_name(0)
+    print(f"pytorch {torch.__version__} {backend} on {args.device} ({args.precision}), channels_last, no_grad, "
+          f"{r['threads']} threads, batch {args.batch}, {h}x{w}: median {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms, "
+          f"p99 {r['p99_ms']:.3f} ms, {r['fps']:.1f} FPS, {r['images_per_s']:.1f} images/s")
     return r
 
 
@@ -344,6 +383,11 @@ def main():
                     help="also run INPUT (float32 1x3xHxW, RGB 0..255) and write its argmax labels (HxW uint8)")
     ap.add_argument("--train", action="store_true", help="measure training images/s instead")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="inference device")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"],
+                    help="weights and activations (fp16/bf16: cuda only)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="capture the call (normalisation + network) once as a CUDA graph and time its replays")
     args = ap.parse_args()
     args.batch = args.batch or (8 if args.train else 1)
     args.iters = args.iters or (5 if args.train else 50)

@@ -2,7 +2,8 @@
 # Prepares, on this (Debian) machine, what a GPU machine without our packages or data needs,
 # in the git-ignored folder .carry/ (the device tool's `carry`: 64 MiB in all):
 #   .carry/deps    the files of the Debian packages the core library and the CLI build against
-#                  (headers of nlohmann-json and CLI11; libpng, libjpeg-turbo, zlib with headers),
+#                  (headers of nlohmann-json and CLI11; libpng, libjpeg-turbo, zlib with headers;
+#                  GoogleTest's static libraries and CMake package, for the Cuda.* tests),
 #                  for scripts/cuda_build.sh;
 #   .carry/camvid  CamVid train + val: images re-encoded as JPEG quality 95, labels as they are
 #                  (PNG), list files train.txt / val.txt; for scripts/cuda_train.sh.
@@ -15,7 +16,7 @@ OUT=.carry
 
 rm -rf "$OUT/deps"
 mkdir -p "$OUT/deps"
-for pkg in nlohmann-json3-dev libcli11-dev libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo zlib1g-dev zlib1g; do
+for pkg in nlohmann-json3-dev libcli11-dev libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo zlib1g-dev zlib1g libgtest-dev; do
   dpkg -L "$pkg" >/dev/null 2>&1 || { echo "pack_carry: error: package $pkg is not installed (scripts/setup.sh)" >&2; exit 1; }
   dpkg -L "$pkg" | grep -v -E '^/usr/share/(doc|man|lintian)' | while read -r f; do
     [ -f "$f" ] || [ -L "$f" ] || continue
@@ -24,7 +25,7 @@ for pkg in nlohmann-json3-dev libcli11-dev libpng-dev libpng16-16 libjpeg62-turb
     cp -a "$f" "$d"
   done
 done
-find "$OUT/deps" -name '*.a' -delete  # shared libraries only
+find "$OUT/deps" -name '*.a' ! -name 'libgtest*.a' -delete  # shared libraries only (and GoogleTest's, for the Cuda.* tests)
 
 rm -rf "$OUT/camvid"
 /usr/bin/python3 - "$SRC" "$OUT/camvid" <<'EOF'

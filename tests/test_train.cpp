@@ -721,6 +721,102 @@ TEST(Train, KillAndResumeWithEmaEndInTheSameState) {
   fs::remove_all(dir);
 }
 
+TEST(Train, KillAndResumeOnTheGpuPathEndInTheSameState) {
+  // The GPU trainer's path on the CPU device: the training set cached and each batch augmented
+  // in a few tensor operations, the foreach Adam, the loss and the non-finite check read every
+  // 2 steps. A resumed run replays what an uninterrupted one does, as on the recipe path.
+  auto dir = fixtures::temp_dir("resume_gpu_path");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "a");
+  o.jitter = 0.2;
+  o.aux_weight = 0.4;
+  o.data_cache = "device";
+  o.fused_optimizer = "on";
+  o.sync_every = 2;
+  AuxHeads heads(o.network.c1, o.network.c2, 3);
+  expect_kill_and_resume_exact(o, dir, heads->parameters().size() + heads->buffers().size());
+  fs::remove_all(dir);
+}
+
+TEST(Train, TheGpuPathTrainsAsTheRecipePath) {
+  // Same draws, same maths: host and device caches give the same weights; the foreach Adam
+  // those of torch's Adam (to float rounding); deferred checks those of per-step ones.
+  auto dir = fixtures::temp_dir("gpu_path_same");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto run = [&](const std::string& name, const std::string& cache, const std::string& fused, int sync_every) {
+    auto o = tiny(dir / "data", dir / name);
+    o.epochs = 2;
+    o.val_every = 0;
+    o.scale_min = o.scale_max = 1.0;  // unscaled: batched and per-sample images agree to 1e-6
+    o.data_cache = cache;
+    o.fused_optimizer = fused;
+    o.sync_every = sync_every;
+    auto r = train(o, {});
+    EXPECT_TRUE(r.finished);
+    return (dir / name / "last.lsw").string();
+  };
+  const auto recipe = run("recipe", "off", "off", 1), host = run("host", "host", "off", 1);
+  const auto device = run("device", "device", "off", 1), fused = run("fused", "device", "on", 1);
+  const auto deferred = run("deferred", "device", "on", 4);
+  EXPECT_EQ(max_diff(host, device), 0);
+  EXPECT_LT(max_diff(recipe, device), 1e-3);
+  EXPECT_LT(max_diff(device, fused), 1e-5);
+  EXPECT_LT(max_diff(fused, deferred), 1e-5);
+  fs::remove_all(dir);
+}
+
+TEST(Train, DeferredNonFiniteChecksSkipTheStepAndStopARun) {
+  // sync_every > 1: the skip is decided on the device; the same outcome as the per-step check
+  auto dir = fixtures::temp_dir("nonfinite_deferred");
+  fixtures::make_shapes_dataset(dir / "data", 8, 2);
+  auto o = tiny(dir / "data", dir / "a");
+  o.epochs = 2;
+  o.val_every = 0;
+  o.data_cache = "device";
+  o.fused_optimizer = "on";
+  o.sync_every = 2;
+  std::map<std::string, torch::Tensor> weights_before, buffers_before;
+  int step = 0;
+  TrainCallbacks cb;
+  cb.after_backward = [&](Network& net) {
+    ++step;
+    if (step == 3)
+      for (const auto& b : net->named_buffers()) buffers_before[b.key()] = b.value().detach().clone();
+    if (step == 4) {
+      for (const auto& p : net->named_parameters()) weights_before[p.key()] = p.value().detach().clone();
+      net->parameters().front().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+  };
+  auto r = train(o, cb);
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.history.size(), 2u);
+  EXPECT_EQ(r.history[0].skipped_steps, 0);
+  EXPECT_EQ(r.history[1].skipped_steps, 1);
+  EXPECT_TRUE(std::isfinite(r.history[1].loss));
+  ModelMeta meta;
+  Network net = load_network((dir / "a" / "last.lsw").string(), &meta);
+  ASSERT_FALSE(weights_before.empty());
+  for (const auto& p : net->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), weights_before.at(p.key()))) << p.key();
+  for (const auto& b : net->named_buffers()) EXPECT_TRUE(torch::equal(b.value(), buffers_before.at(b.key()))) << b.key();
+  auto o2 = o;
+  o2.out_dir = (dir / "b").string();
+  o2.epochs = 10;
+  step = 0;
+  TrainCallbacks bad;
+  bad.after_backward = [&](Network& n) {
+    if (++step >= 2) n->parameters().front().mutable_grad().fill_(std::numeric_limits<float>::infinity());
+  };
+  try {
+    train(o2, bad);
+    ADD_FAILURE() << "a run of non-finite steps must stop training";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(step, 6);  // read every 2 steps: the fifth skip in a row (step 6) is seen at once
+  fs::remove_all(dir);
+}
+
 TEST(Train, RecipeOptionsComeFromTheTrainObjectAndAreChecked) {
   TrainOptions o;
   EXPECT_EQ(o.aux_weight, 0.0);  // off by default: the default recipe trains as before

@@ -48,4 +48,8 @@ class Collective {
   virtual void barrier() = 0;
 };
 
+// The c10d backends this build can create ("gloo", "nccl"; empty when built without
+// distributed training, -DLIGHTSEG_WITH_DISTRIBUTED=OFF).
+std::vector<std::string> distributed_backends();
+
 }  // namespace lightseg

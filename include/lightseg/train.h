@@ -75,6 +75,19 @@ struct TrainOptions {
   bool amp = true;                 // bf16 autocast on CUDA
   bool amp_cpu = false;            // bf16 autocast on the CPU (worth it with AVX512-BF16 or AMX)
   int64_t max_iters = 0;           // > 0: cap iterations per epoch (smoke tests)
+  // Where the decoded training set is kept: "off" (decoded per batch on loader threads: the
+  // CPU's recipe path), "host" (decoded once into memory, batches augmented there), "device"
+  // (decoded once onto the training device, batches augmented there in a few tensor
+  // operations), "auto" (device on CUDA, off on the CPU). The random draws are the same in
+  // all: the augmentation is a function of (seed, epoch, sample) whichever runs it.
+  std::string data_cache = "auto";
+  // Adam/AdamW in a few multi-tensor kernels per step (same maths and state): "on", "off",
+  // "auto" (on on CUDA). SGD always runs torch's.
+  std::string fused_optimizer = "auto";
+  // Read the loss and the non-finite-step check every N steps instead of every step (no host
+  // synchronisation in between; needs the fused optimizer, no EMA, one process). 0: auto (20
+  // on CUDA, 1 on the CPU).
+  int sync_every = 0;
   std::string init_weights;        // start from these weights (fine-tuning)
   NetworkConfig network;
   // distributed: this process's rank and the number of ranks (the collective is passed to train())

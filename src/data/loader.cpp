@@ -6,11 +6,13 @@
 
 namespace lightseg {
 
-BatchLoader::BatchLoader(MakeBatch make, std::vector<std::vector<size_t>> batches, int workers, int prefetch)
+BatchLoader::BatchLoader(MakeBatch make, std::vector<std::vector<size_t>> batches, int workers, int prefetch, bool on_caller)
     : make_(std::move(make)),
       batches_(std::move(batches)),
       workers_(static_cast<size_t>(std::max(1, workers))),
-      prefetch_(static_cast<size_t>(std::max(1, prefetch))) {
+      prefetch_(static_cast<size_t>(std::max(1, prefetch))),
+      on_caller_(on_caller) {
+  if (on_caller_) return;
   for (size_t w = 0; w < workers_; ++w) threads_.emplace_back([this, w] { work(w); });
 }
 
@@ -53,6 +55,14 @@ void BatchLoader::work(size_t first) {
 bool BatchLoader::next(Batch& out) {
   if (consumed_ >= batches_.size()) return false;
   auto t0 = std::chrono::steady_clock::now();
+  if (on_caller_) {
+    torch::NoGradGuard ng;
+    out = make_(batches_[consumed_]);
+    out.indices = batches_[consumed_];
+    ++consumed_;
+    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return true;
+  }
   std::unique_lock<std::mutex> l(mu_);
   const size_t b = consumed_;
   cv_.wait(l, [&] { return ready_.count(b) || errors_.count(b); });

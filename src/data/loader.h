@@ -23,7 +23,9 @@ struct Batch {
 class BatchLoader {
  public:
   using MakeBatch = std::function<Batch(const std::vector<size_t>& indices)>;
-  BatchLoader(MakeBatch make, std::vector<std::vector<size_t>> batches, int workers, int prefetch);
+  // on_caller: no threads; next() makes each batch itself (batches that are a few
+  // asynchronous device operations: the cached data set on a GPU).
+  BatchLoader(MakeBatch make, std::vector<std::vector<size_t>> batches, int workers, int prefetch, bool on_caller = false);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -36,6 +38,7 @@ class BatchLoader {
   MakeBatch make_;
   std::vector<std::vector<size_t>> batches_;
   size_t workers_, prefetch_;
+  bool on_caller_;
   size_t consumed_ = 0;
   bool stop_ = false;
   std::map<size_t, Batch> ready_;

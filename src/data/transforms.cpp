@@ -30,18 +30,38 @@ torch::Tensor normalize(const torch::Tensor& x, const ModelMeta& meta) {
   return (x - mean) / std;
 }
 
+AugmentDraw draw_augment(const AugmentOptions& o, int64_t h, int64_t w, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  AugmentDraw d;
+  d.scale = o.scale_min + (o.scale_max - o.scale_min) * U(rng);
+  d.h = h;
+  d.w = w;
+  if (std::abs(d.scale - 1.0) > 1e-9) {
+    d.h = std::max<int64_t>(1, std::llround(h * d.scale));
+    d.w = std::max<int64_t>(1, std::llround(w * d.scale));
+  }
+  const int64_t H = std::max(d.h, o.crop_h), W = std::max(d.w, o.crop_w);  // padded
+  d.y0 = std::min(static_cast<int64_t>(U(rng) * (H - o.crop_h + 1)), H - o.crop_h);
+  d.x0 = std::min(static_cast<int64_t>(U(rng) * (W - o.crop_w + 1)), W - o.crop_w);
+  d.flip = o.flip && U(rng) < 0.5;
+  if (o.jitter > 0) {
+    d.jitter = true;
+    d.brightness = 1.0 + o.jitter * (2 * U(rng) - 1);
+    d.contrast = 1.0 + o.jitter * (2 * U(rng) - 1);
+    d.saturation = 1.0 + o.jitter * (2 * U(rng) - 1);
+  }
+  return d;
+}
+
 std::pair<torch::Tensor, torch::Tensor> augment(const torch::Tensor& image, const torch::Tensor& label,
                                                 const AugmentOptions& o, const std::array<float, 3>& fill,
                                                 std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> U(0.0, 1.0);
+  const AugmentDraw d = draw_augment(o, image.size(1), image.size(2), rng);
   torch::Tensor img = image, lab = label;
   // 1. random scale
-  const double s = o.scale_min + (o.scale_max - o.scale_min) * U(rng);
-  if (std::abs(s - 1.0) > 1e-9) {
-    const int64_t h = std::max<int64_t>(1, std::llround(img.size(1) * s));
-    const int64_t w = std::max<int64_t>(1, std::llround(img.size(2) * s));
-    img = resize_image(img, h, w);
-    lab = resize_label(lab, h, w);
+  if (d.h != image.size(1) || d.w != image.size(2)) {
+    img = resize_image(img, d.h, d.w);
+    lab = resize_label(lab, d.h, d.w);
   }
   // 2. pad to at least the crop (image with the mean colour → 0 after normalisation; label with ignore)
   const int64_t H = img.size(1), W = img.size(2);
@@ -56,25 +76,19 @@ std::pair<torch::Tensor, torch::Tensor> augment(const torch::Tensor& image, cons
     lab = pl;
   }
   // 3. random crop
-  const int64_t y0 = static_cast<int64_t>(U(rng) * (img.size(1) - o.crop_h + 1));
-  const int64_t x0 = static_cast<int64_t>(U(rng) * (img.size(2) - o.crop_w + 1));
-  img = img.narrow(1, std::min(y0, img.size(1) - o.crop_h), o.crop_h)
-            .narrow(2, std::min(x0, img.size(2) - o.crop_w), o.crop_w);
-  lab = lab.narrow(0, std::min(y0, lab.size(0) - o.crop_h), o.crop_h)
-            .narrow(1, std::min(x0, lab.size(1) - o.crop_w), o.crop_w);
+  img = img.narrow(1, d.y0, o.crop_h).narrow(2, d.x0, o.crop_w);
+  lab = lab.narrow(0, d.y0, o.crop_h).narrow(1, d.x0, o.crop_w);
   // 4. horizontal flip
-  if (o.flip && U(rng) < 0.5) {
+  if (d.flip) {
     img = img.flip({2});
     lab = lab.flip({1});
   }
   // 5. colour jitter
-  if (o.jitter > 0) {
-    const double b = 1.0 + o.jitter * (2 * U(rng) - 1), c = 1.0 + o.jitter * (2 * U(rng) - 1),
-                 sat = 1.0 + o.jitter * (2 * U(rng) - 1);
-    img = img * b;
+  if (d.jitter) {
+    img = img * d.brightness;
     auto gray = (img[0] * 0.299 + img[1] * 0.587 + img[2] * 0.114).unsqueeze(0);
-    img = gray + (img - gray) * sat;
-    img = (img - gray.mean()) * c + gray.mean();
+    img = gray + (img - gray) * d.saturation;
+    img = (img - gray.mean()) * d.contrast + gray.mean();
     img = img.clamp(0, 255);
   }
   return {img.contiguous(), lab.contiguous()};

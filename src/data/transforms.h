@@ -18,6 +18,20 @@ struct AugmentOptions {
   double jitter = 0.0;  // colour jitter strength: brightness/contrast/saturation ±jitter
 };
 
+// The random parameters of one sample's augmentation, drawn from rng in augment()'s order
+// (scale, crop row, crop column, flip, then brightness/contrast/saturation when jitter > 0),
+// for an image of h×w pixels. augment() and the batched form (data/batch_augment.h) use the
+// same draws, so they agree sample for sample.
+struct AugmentDraw {
+  double scale = 1;               // the drawn scale
+  int64_t h = 0, w = 0;           // the image's size after scaling (h, w when unscaled)
+  int64_t y0 = 0, x0 = 0;         // the crop's corner in the scaled, padded image
+  bool flip = false;
+  bool jitter = false;            // colour jitter drawn (o.jitter > 0)
+  double brightness = 1, contrast = 1, saturation = 1;
+};
+AugmentDraw draw_augment(const AugmentOptions& o, int64_t h, int64_t w, std::mt19937_64& rng);
+
 // Random scale → random crop (pad image with the mean, label with 255) → flip → jitter.
 // Returns {image 3×crop_h×crop_w float 0..255, label crop_h×crop_w uint8}.
 std::pair<torch::Tensor, torch::Tensor> augment(const torch::Tensor& image, const torch::Tensor& label,

@@ -1,17 +1,44 @@
+// c10d process groups (Gloo on CPU, NCCL on CUDA) where this build has them; bucketed gradient
+// all-reduce, SyncBN and the model broadcast on top of the Collective interface.
+//
+// What is compiled depends on the LibTorch at hand (the version differences are named in
+// core/torch_compat.h):
+//   - c10d itself: off with -DLIGHTSEG_WITH_DISTRIBUTED=OFF (Collective::create then throws);
+//   - Gloo: only where its headers exist (pip's LibTorch ships none) and
+//     -DLIGHTSEG_DIST_GLOO=ON (the default);
+//   - NCCL: where the LibTorch build defines USE_C10D_NCCL.
+// LIGHTSEG_FORCE_NO_C10D / LIGHTSEG_FORCE_NO_GLOO compile one of those forms here too (the
+// lightseg_dist_forms_check target of CMakeLists.txt builds them on every build).
 #include "lightseg/distributed.h"
+#include "lightseg/features.h"
 #include "dist/gradient_sync.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include "core/torch_compat.h"
+
+#if LIGHTSEG_WITH_DISTRIBUTED_OPTION && !defined(LIGHTSEG_FORCE_NO_C10D)
+#define LIGHTSEG_C10D 1
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if LIGHTSEG_DIST_GLOO_OPTION && !defined(LIGHTSEG_FORCE_NO_GLOO) && __has_include(<gloo/algorithm.h>)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define LIGHTSEG_GLOO 1
+#else
+#define LIGHTSEG_GLOO 0
+#endif
 #if defined(USE_C10D_NCCL) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #define LIGHTSEG_NCCL 1
 #else
+#define LIGHTSEG_NCCL 0
+#endif
+#else
+#define LIGHTSEG_C10D 0
+#define LIGHTSEG_GLOO 0
 #define LIGHTSEG_NCCL 0
 #endif
 
@@ -38,12 +65,27 @@ DistConfig DistConfig::from_env() {
   return c;
 }
 
+std::vector<std::string> distributed_backends() {
+  std::vector<std::string> r;
+  if (LIGHTSEG_GLOO) r.push_back("gloo");
+  if (LIGHTSEG_NCCL) r.push_back("nccl");
+  return r;
+}
+
+#if LIGHTSEG_C10D
 namespace {
+
+// The object whose collectives are called: a c10d::Backend from LibTorch 2.0 on (what
+// ProcessGroupGloo and ProcessGroupNCCL are), a c10d::ProcessGroup before.
+#if LIGHTSEG_C10D_BACKEND_CLASS
+using C10dGroup = c10d::Backend;
+#else
+using C10dGroup = c10d::ProcessGroup;
+#endif
 
 class C10dCollective : public Collective {
  public:
-  C10dCollective(c10::intrusive_ptr<c10d::ProcessGroup> pg, std::string backend)
-      : pg_(std::move(pg)), backend_(std::move(backend)) {}
+  C10dCollective(c10::intrusive_ptr<C10dGroup> pg, std::string backend) : pg_(std::move(pg)), backend_(std::move(backend)) {}
   int rank() const override { return pg_->getRank(); }
   int world() const override { return pg_->getSize(); }
   std::string backend() const override { return backend_; }
@@ -70,11 +112,12 @@ class C10dCollective : public Collective {
   void barrier() override { pg_->barrier()->wait(); }
 
  private:
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<C10dGroup> pg_;
   std::string backend_;
 };
 
 }  // namespace
+#endif
 
 std::shared_ptr<Collective> Collective::create(const DistConfig& cfg, torch::Device device) {
   if (cfg.world < 1 || cfg.rank < 0 || cfg.rank >= cfg.world)
@@ -84,6 +127,17 @@ std::shared_ptr<Collective> Collective::create(const DistConfig& cfg, torch::Dev
     throw std::invalid_argument("distributed: MASTER_PORT must be 1..65535, got " + std::to_string(cfg.master_port));
   std::string backend = cfg.backend;
   if (backend == "auto") backend = device.is_cuda() ? "nccl" : "gloo";
+  if (backend != "gloo" && backend != "nccl")
+    throw std::invalid_argument("distributed: unknown backend '" + backend + "' (expected gloo or nccl)");
+#if !LIGHTSEG_C10D
+  throw std::runtime_error("distributed: this lightseg was built without distributed training "
+                           "(-DLIGHTSEG_WITH_DISTRIBUTED=OFF): train with one process");
+#else
+  if (backend == "gloo" && !LIGHTSEG_GLOO)
+    throw std::runtime_error("distributed: this build has no Gloo (its LibTorch ships no Gloo headers, or "
+                             "-DLIGHTSEG_DIST_GLOO=OFF): train on the cuda device (NCCL) or with one process");
+  if (backend == "nccl" && !LIGHTSEG_NCCL)
+    throw std::runtime_error("distributed: this LibTorch build has no NCCL (train on the cpu device, which uses Gloo)");
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(cfg.master_port);
   so.isServer = cfg.rank == 0;
@@ -98,6 +152,7 @@ std::shared_ptr<Collective> Collective::create(const DistConfig& cfg, torch::Dev
                              " failed (rank " + std::to_string(cfg.rank) + "): " + e.what());
   }
   store = c10::make_intrusive<c10d::PrefixStore>("lightseg/" + backend, store);
+#if LIGHTSEG_GLOO
   if (backend == "gloo") {
     auto opts = c10d::ProcessGroupGloo::Options::create(cfg.timeout);
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
@@ -105,20 +160,20 @@ std::shared_ptr<Collective> Collective::create(const DistConfig& cfg, torch::Dev
     else
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     opts->threads = 1;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cfg.rank, cfg.world, opts);
+    c10::intrusive_ptr<C10dGroup> pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cfg.rank, cfg.world, opts);
     return std::make_shared<C10dCollective>(pg, "gloo");
   }
-  if (backend == "nccl") {
+#endif
 #if LIGHTSEG_NCCL
+  if (backend == "nccl") {
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = cfg.timeout;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cfg.rank, cfg.world, opts);
+    c10::intrusive_ptr<C10dGroup> pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cfg.rank, cfg.world, opts);
     return std::make_shared<C10dCollective>(pg, "nccl");
-#else
-    throw std::runtime_error("distributed: this LibTorch build has no NCCL (train on the cpu device, which uses Gloo)");
-#endif
   }
-  throw std::invalid_argument("distributed: unknown backend '" + backend + "' (expected gloo or nccl)");
+#endif
+  throw std::logic_error("distributed: backend '" + backend + "' not handled");
+#endif
 }
 
 void broadcast_model(Collective& c, Network& net, bool buffers) {

@@ -1,7 +1,6 @@
 #include "model/phased_depthwise.h"
 
-#include <ATen/autocast_mode.h>
-#include <torch/version.h>
+#include "core/torch_compat.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,13 +19,7 @@ bool phased_depthwise_from_env() {
 }
 std::atomic<bool> g_phased_depthwise{phased_depthwise_from_env()};
 
-bool autocast_cpu_bf16() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
-#else
-  return at::autocast::is_cpu_enabled() && at::autocast::get_autocast_cpu_dtype() == at::kBFloat16;
-#endif
-}
+bool autocast_cpu_bf16() { return compat::autocast_cpu_bf16(); }
 }  // namespace
 
 void set_phased_depthwise(bool on) { g_phased_depthwise = on; }

@@ -1,51 +1,51 @@
 #include "train/step.h"
 
-#include <ATen/autocast_mode.h>
-#include <torch/version.h>
-
 #include <cmath>
 
+#include "core/torch_compat.h"
 #include "train/losses.h"
 
 namespace lightseg {
 
 void set_autocast(at::DeviceType type, bool on) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::autocast::set_autocast_dtype(type, at::kBFloat16);
-  at::autocast::set_autocast_enabled(type, on);
-#else
-  if (type == at::kCUDA) {
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(on);
-  } else {
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(on);
-  }
-#endif
+  compat::set_autocast(type, at::kBFloat16, on);
   if (!on) at::autocast::clear_cache();
 }
 
 BufferSnapshot::BufferSnapshot(const std::vector<torch::Tensor>& buffers) {
+  torch::NoGradGuard ng;
   for (const auto& b : buffers) buffers_[b.scalar_type()].push_back(b);
+  for (auto& [type, bs] : buffers_) {
+    int64_t n = 0;
+    for (const auto& b : bs) n += b.numel();
+    auto opts = bs.front().options().requires_grad(false);
+    saved_[type] = torch::empty({n}, opts);
+    now_[type] = torch::empty({n}, opts);
+    int64_t off = 0;
+    for (const auto& b : bs) {
+      saved_views_[type].push_back(saved_[type].narrow(0, off, b.numel()).view(b.sizes()));
+      now_views_[type].push_back(now_[type].narrow(0, off, b.numel()).view(b.sizes()));
+      off += b.numel();
+    }
+  }
 }
 
 void BufferSnapshot::save() {
   torch::NoGradGuard ng;
-  for (auto& [type, bs] : buffers_) {
-    std::vector<torch::Tensor> flat;
-    for (const auto& b : bs) flat.push_back(b.detach().reshape({-1}));
-    saved_[type] = torch::cat(flat);
-  }
+  for (auto& [type, bs] : buffers_) compat::foreach_copy_(saved_views_[type], bs);
 }
 
 void BufferSnapshot::restore() {
   torch::NoGradGuard ng;
+  for (auto& [type, bs] : buffers_) compat::foreach_copy_(bs, saved_views_[type]);
+}
+
+void BufferSnapshot::restore_unless(const torch::Tensor& ok) {
+  torch::NoGradGuard ng;
   for (auto& [type, bs] : buffers_) {
-    int64_t off = 0;
-    for (auto& b : bs) {
-      b.copy_(saved_[type].narrow(0, off, b.numel()).view(b.sizes()));
-      off += b.numel();
-    }
+    compat::foreach_copy_(now_views_[type], bs);
+    now_[type].copy_(torch::where(ok, now_[type], saved_[type]));
+    compat::foreach_copy_(bs, now_views_[type]);
   }
 }
 
@@ -100,6 +100,27 @@ bool TrainStep::all_finite(const torch::Tensor& loss) {
   return t.item<double>() == 0;
 }
 
+void TrainStep::zero_grad() {
+  if (p_.fused) p_.fused->zero_grad();  // (torch's zero_grad would free the flat gradient's views)
+  else p_.opt.zero_grad();
+}
+
+StepTotals TrainStep::take_totals() {
+  StepTotals t;
+  if (!steps_.defined()) return t;
+  auto v = torch::stack({loss_sum_, finite_, steps_, max_run_}).to(torch::kCPU);
+  auto a = v.accessor<double, 1>();
+  t.loss_sum = a[0];
+  t.finite = std::llround(a[1]);
+  t.steps = std::llround(a[2]);
+  t.max_skips_in_row = std::llround(a[3]);
+  loss_sum_.zero_();
+  finite_.zero_();
+  steps_.zero_();
+  max_run_.copy_(run_);
+  return t;
+}
+
 StepResult TrainStep::run(const torch::Tensor& x, const torch::Tensor& y) {
   buffers_.save();
   torch::Tensor logits, aux1, aux2;
@@ -126,20 +147,39 @@ StepResult TrainStep::run(const torch::Tensor& x, const torch::Tensor& y) {
   // between runs with and without the auxiliary heads.
   torch::Tensor main_loss = criterion(logits, y);
   torch::Tensor loss = p_.aux ? main_loss + p_.o.aux_weight * (criterion(aux1, y) + criterion(aux2, y)) : main_loss;
-  p_.opt.zero_grad();
+  zero_grad();
   if (p_.grad_sync) p_.grad_sync->begin();
   loss.backward();
   if (p_.grad_sync) p_.grad_sync->finish();
   if (p_.col && p_.aux) average_aux_gradients();
   if (p_.after_backward) p_.after_backward(p_.net);
   StepResult r;
+  if (p_.deferred) {  // decided and summed on the device
+    torch::NoGradGuard ng;
+    auto ok = torch::isfinite(loss.detach()).logical_and(torch::isfinite(p_.fused->flat_grad()).all());
+    p_.fused->step(ok);
+    buffers_.restore_unless(ok);
+    auto okd = ok.to(torch::kDouble);
+    if (!steps_.defined()) {
+      auto z = torch::zeros({}, okd.options());
+      loss_sum_ = z.clone(), finite_ = z.clone(), steps_ = z.clone(), run_ = z.clone(), max_run_ = z.clone();
+    }
+    loss_sum_.add_(torch::where(ok, main_loss.detach().to(torch::kDouble), torch::zeros_like(okd)));
+    finite_.add_(okd);
+    steps_.add_(1);
+    run_.add_(1).mul_(1 - okd);
+    max_run_.copy_(torch::maximum(max_run_, run_));
+    r.loss = std::nan("");
+    return r;
+  }
   r.finite = all_finite(loss);
   if (r.finite) {
-    p_.opt.step();
+    if (p_.fused) p_.fused->step();
+    else p_.opt.step();
     if (p_.ema) p_.ema->update();
   } else {
     buffers_.restore();
-    p_.opt.zero_grad();
+    zero_grad();
   }
   r.loss = main_loss.item<double>();
   return r;

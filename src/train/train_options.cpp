@@ -63,7 +63,8 @@ json to_json(const TrainOptions& o) {
               {"aux_weight", o.aux_weight}, {"ema_decay", o.ema_decay},
               {"time_limit_min", o.time_limit_min}, {"device", o.device.str()}, {"val_every", o.val_every}, {"seed", o.seed},
               {"workers", o.workers}, {"prefetch", o.prefetch}, {"channels_last", o.channels_last}, {"amp", o.amp}, {"amp_cpu", o.amp_cpu},
-              {"max_iters", o.max_iters}, {"sync_bn", o.sync_bn}, {"overlap_allreduce", o.overlap_allreduce},
+              {"max_iters", o.max_iters}, {"data_cache", o.data_cache}, {"fused_optimizer", o.fused_optimizer},
+              {"sync_every", o.sync_every}, {"sync_bn", o.sync_bn}, {"overlap_allreduce", o.overlap_allreduce},
               {"bucket_mb", o.bucket_mb}, {"init_weights", o.init_weights}, {"network", to_json(o.network)}};
 }
 
@@ -114,6 +115,9 @@ void apply_json(TrainOptions& o, const json& j) {
       else if (k == "amp") o.amp = v.get<bool>();
       else if (k == "amp_cpu") o.amp_cpu = v.get<bool>();
       else if (k == "max_iters") o.max_iters = json_number<int64_t>(v, "train." + k);
+      else if (k == "data_cache") o.data_cache = v.get<std::string>();
+      else if (k == "fused_optimizer") o.fused_optimizer = v.is_boolean() ? (v.get<bool>() ? "on" : "off") : v.get<std::string>();
+      else if (k == "sync_every") o.sync_every = json_number<int>(v, "train." + k);
       else if (k == "sync_bn") o.sync_bn = v.get<bool>();
       else if (k == "overlap_allreduce") o.overlap_allreduce = v.get<bool>();
       else if (k == "bucket_mb") o.bucket_mb = v.get<double>();
@@ -182,6 +186,11 @@ void TrainOptions::validate() const {
   need(aux_weight >= 0 && std::isfinite(aux_weight), "train: aux_weight must be >= 0 (0: no auxiliary heads)");
   need(ema_decay >= 0 && ema_decay < 1, "train: ema_decay must be in [0, 1) (0: no EMA)");
   need(val_every >= 0, "train: val_every must be >= 0");
+  need(data_cache == "auto" || data_cache == "off" || data_cache == "host" || data_cache == "device",
+       "train: data_cache must be auto, off, host or device, got '" + data_cache + "'");
+  need(fused_optimizer == "auto" || fused_optimizer == "on" || fused_optimizer == "off",
+       "train: fused_optimizer must be auto, on or off, got '" + fused_optimizer + "'");
+  need(sync_every >= 0, "train: sync_every must be >= 0 (0: auto)");
   need(device.is_cpu() || device.is_cuda(), "train: device must be cpu or cuda, got '" + device.str() + "'");
   need(world >= 1 && rank >= 0 && rank < world, "train: rank must be in 0..world-1");
   network.validate();

@@ -16,12 +16,14 @@
 #include "lightseg/weights.h"
 #include "core/file_io.h"
 #include "core/json_io.h"
+#include "data/data_cache.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 #include "dist/gradient_sync.h"
 #include "train/archive_bytes.h"
 #include "train/aux_heads.h"
 #include "train/ema.h"
+#include "train/foreach_adam.h"
 #include "train/optimizer.h"
 #include "train/run_folder.h"
 #include "train/schedule.h"
@@ -53,6 +55,8 @@ class Trainer {
   }
   void check_process_group();
   void open_data();
+  void cache_data();
+  void choose_step_form();
   void lock_run_folder();
   void read_checkpoint();
   void build_model();
@@ -82,6 +86,11 @@ class Trainer {
   AuxHeads aux_{nullptr};
   std::unique_ptr<WeightsEma> ema_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
+  std::unique_ptr<ForeachAdam> fused_;    // the optimizer's steps, when fused (opt_ holds the state)
+  std::unique_ptr<DataCache> cache_;      // the decoded training set (data_cache host/device)
+  bool cache_on_device_ = false;
+  int sync_every_ = 1;                    // steps between reads of the loss (deferred steps)
+  bool deferred_ = false;
   std::unique_ptr<GradientSync> grad_sync_;
   bool sync_bn_on_ = false;
   Clock::time_point t_start_;
@@ -213,6 +222,48 @@ void Trainer::read_checkpoint() {
         std::to_string(state_.batch));
 }
 
+// data_cache: the training set decoded once, to the host or the training device.
+void Trainer::cache_data() {
+  const std::string mode = o_.data_cache == "auto" ? (device_.is_cuda() ? "device" : "off") : o_.data_cache;
+  if (mode == "off") return;
+  const torch::Device where = mode == "device" ? device_ : torch::Device(torch::kCPU);
+  const auto t0 = Clock::now();
+  try {
+    cache_ = std::make_unique<DataCache>(DataCache::build(*train_ds_, where, std::max(1, o_.workers)));
+  } catch (const std::exception& e) {
+    if (o_.data_cache != "auto") throw;
+    say(std::string("data cache off: ") + e.what());
+    return;
+  }
+  cache_on_device_ = mode == "device";
+  char b[160];
+  std::snprintf(b, sizeof b, "data cache: %ld images of %ldx%ld (%.0f MB) decoded to %s in %.1f s",
+                static_cast<long>(cache_->size()), static_cast<long>(cache_->width()), static_cast<long>(cache_->height()),
+                cache_->bytes() / 1e6, where.str().c_str(), seconds_since(t0));
+  say(b);
+}
+
+// The fused optimizer (fused_optimizer) and the deferred non-finite check (sync_every).
+void Trainer::choose_step_form() {
+  const bool fused = o_.fused_optimizer == "on" || (o_.fused_optimizer == "auto" && device_.is_cuda());
+  if (fused && o_.optimizer == "sgd") {
+    if (o_.fused_optimizer == "on") say("fused optimizer: SGD runs torch's");
+  } else if (fused) {
+    try {
+      fused_ = std::make_unique<ForeachAdam>(*opt_, o_.optimizer == "adamw");
+    } catch (const std::invalid_argument& e) {
+      say(std::string(e.what()) + ": torch's optimizer instead");
+    }
+  }
+  sync_every_ = o_.sync_every > 0 ? o_.sync_every : (device_.is_cuda() ? 20 : 1);
+  if (sync_every_ > 1) {
+    std::string why = !fused_ ? "the fused optimizer" : ema_ ? "no EMA" : col_ ? "one process" : "";
+    if (why.empty()) deferred_ = true;
+    else if (o_.sync_every > 1) say("sync_every " + std::to_string(o_.sync_every) + " needs " + why + ": the loss is read every step");
+    if (!deferred_) sync_every_ = 1;
+  }
+}
+
 // The network, the auxiliary heads, the EMA copy, the optimizer and the distributed parts,
 // fresh or from the checkpoint. A checkpoint of an EMA run holds the average as its
 // (inference) tensors and the raw weights the optimizer works on as the "raw_weights" blob.
@@ -302,6 +353,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   WeightsFile w = make_weights(scored_, meta_);
   if (ema_net_) w.blobs["raw_weights"] = to_archive_bytes(*net_);
   if (aux_) w.blobs["aux_heads"] = to_archive_bytes(*aux_);
+  if (fused_) fused_->export_state();
   w.blobs["optimizer"] = to_archive_bytes(*opt_);
   state_.options = o_;
   state_.world = o_.world;
@@ -376,6 +428,8 @@ TrainResult Trainer::run() {
     }
   } syncbn_guard{&sync_bn_on_};
   build_model();
+  choose_step_form();
+  cache_data();
 
   torch::Tensor weight;
   if (o_.loss != "ce") {
@@ -403,7 +457,8 @@ TrainResult Trainer::run() {
   const int64_t warmup = static_cast<int64_t>(std::llround(o_.warmup_epochs * iters_per_epoch));
   auto lr_at = [&](int64_t step) { return poly_lr(o_.lr, step, total_steps, warmup, o_.warmup_start, o_.poly_power); };
 
-  TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward});
+  TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward,
+                  fused_.get(), deferred_});
   // A resumed run folder's log and curve are the checkpoint's whole history at once: a checkpoint
   // copied into a new folder (as scripts/train_camvid_trainval.sh does) brings its log with it,
   // even when its schedule is already finished and no epoch is left to write them.
@@ -412,6 +467,7 @@ TrainResult Trainer::run() {
   result_.best_miou = state_.best_miou;
   StepTimeEstimate step_time;  // seconds per iteration, for the ETA
   int skips_in_row = 0;
+  double last_loss = 0;  // deferred steps: the mean loss of the last steps read
   TrainState& s = state_;
   const SegDataset& train_ds = *train_ds_;
 
@@ -424,8 +480,18 @@ TrainResult Trainer::run() {
     }
     std::vector<std::vector<size_t>> todo(batches.begin() + std::min<int64_t>(s.batch, iters), batches.end());
     const uint64_t seed = o_.seed;
+    auto from_cache = [&, seed, epoch](const std::vector<size_t>& idx) {
+      std::vector<AugmentDraw> draws;
+      for (size_t i : idx) {
+        std::mt19937_64 rng(sample_seed(seed, epoch, i));
+        draws.push_back(draw_augment(aug, cache_->height(), cache_->width(), rng));
+      }
+      Batch b;
+      std::tie(b.images, b.labels) = cache_->batch(idx, draws, aug, meta_);
+      return b;
+    };
     BatchLoader loader(
-        [&, seed, epoch](const std::vector<size_t>& idx) {
+        cache_ ? BatchLoader::MakeBatch(from_cache) : [&, seed, epoch](const std::vector<size_t>& idx) {
           std::vector<torch::Tensor> xs, ys;
           for (size_t i : idx) {
             std::mt19937_64 rng(sample_seed(seed, epoch, i));
@@ -439,7 +505,7 @@ TrainResult Trainer::run() {
           b.labels = torch::stack(ys);
           return b;
         },
-        todo, o_.workers, o_.prefetch);
+        todo, o_.workers, o_.prefetch, cache_on_device_);
     const auto t_epoch = Clock::now();
     const double wait_before = loader.wait_seconds();
     const double allreduce_before = grad_sync_ ? grad_sync_->seconds() : 0.0;
@@ -458,7 +524,9 @@ TrainResult Trainer::run() {
       auto y = batch.labels.to(device_);
       if (o_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
       StepResult r = step.run(x, y);
-      if (r.finite) {
+      if (deferred_) {
+        // read with the totals below
+      } else if (r.finite) {
         skips_in_row = 0;
       } else {
         ++skips_in_row;
@@ -481,7 +549,24 @@ TrainResult Trainer::run() {
       }
       bool requested = false;
       const bool stop = all_stop(&requested);
-      if (r.finite) {
+      if (deferred_ && (stop || s.batch % sync_every_ == 0 || s.batch == iters)) {
+        const StepTotals t = step.take_totals();
+        s.part_loss += t.loss_sum;
+        s.part_count += t.finite;
+        s.part_skipped += t.steps - t.finite;
+        if (t.finite > 0) last_loss = t.loss_sum / static_cast<double>(t.finite);
+        if (t.steps > t.finite)
+          say("skipped " + std::to_string(t.steps - t.finite) + " of the last " + std::to_string(t.steps) +
+              " steps: non-finite loss or gradients, up to epoch " + std::to_string(epoch + 1) + ", iteration " +
+              std::to_string(s.batch) + " (no update; BatchNorm statistics restored)");
+        if (t.max_skips_in_row >= kMaxSkipsInRow)
+          throw std::runtime_error("training diverged: non-finite loss or gradients in " + std::to_string(kMaxSkipsInRow) +
+                                   " steps in a row, up to epoch " + std::to_string(epoch + 1) + ", iteration " +
+                                   std::to_string(s.batch) + " (a lower learning rate?)");
+      }
+      if (deferred_) {
+        lv = last_loss;
+      } else if (r.finite) {
         s.part_loss += lv;
         ++s.part_count;
       }

@@ -4,13 +4,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <torch/cuda.h>
+#include <torch/version.h>
+
 #include "args.h"
 #include "lightseg/dataset.h"
+#include "lightseg/distributed.h"
+#include "lightseg/features.h"
 #include "lightseg/network.h"
 #include "lightseg/engine.h"
 #include "lightseg/runtime.h"
 #include "lightseg/weights.h"
 #include "infer/onednn_engine.h"
+#if LIGHTSEG_HAVE_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 namespace lightseg::cli {
 
@@ -20,9 +28,34 @@ static std::string shape(const std::vector<int64_t>& s) {
   return r;
 }
 
+// The build and the device: LibTorch version, distributed backends, and for --device cuda the GPU
+// (an error when this LibTorch has no CUDA or no GPU is visible).
+static nlohmann::json device_info(const std::string& device) {
+  nlohmann::json j;
+  j["torch"] = TORCH_VERSION;
+  j["torch_cuda_build"] = static_cast<bool>(LIGHTSEG_HAVE_TORCH_CUDA);
+  j["distributed_backends"] = distributed_backends();
+  j["device"] = device;
+  if (device != "cuda") return j;
+  if (!torch::cuda::is_available())
+    throw std::runtime_error(std::string("--device cuda: ") +
+                             (LIGHTSEG_HAVE_TORCH_CUDA ? "no GPU is visible to this CUDA LibTorch"
+                                                       : "this lightseg is built against a LibTorch without CUDA (" +
+                                                             std::string(TORCH_VERSION) + ")"));
+  j["gpus"] = torch::cuda::device_count();
+#if LIGHTSEG_HAVE_TORCH_CUDA
+  const auto* p = at::cuda::getCurrentDeviceProperties();
+  j["gpu"] = p->name;
+  j["gpu_memory_gib"] = static_cast<double>(p->totalGlobalMem) / (1 << 30);
+  j["gpu_capability"] = std::to_string(p->major) + "." + std::to_string(p->minor);
+  j["gpu_multiprocessors"] = p->multiProcessorCount;
+#endif
+  return j;
+}
+
 void add_info(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("info", "Show the network: per-module output shape, parameters and MACs");
-  add_options(sub, a, {Opt::Config, Opt::Weights, Opt::Size, Opt::Json, Opt::Threads});
+  add_options(sub, a, {Opt::Config, Opt::Weights, Opt::Size, Opt::Json, Opt::Threads, Opt::Device});
   // --groups: a dataset's groups (what --val-groups can hold out) instead of the network.
   static std::string data, dataset = "camvid", split = "train,val", group_by;
   static bool groups = false;
@@ -51,6 +84,7 @@ void add_info(CLI::App& app, Args& a) {
       return;
     }
     init_runtime(a.threads);
+    const nlohmann::json dev = device_info(a.device);
     auto [h, w] = parse_size(a.size);
     NetworkConfig cfg;
     if (!a.config.empty() && !a.weights.empty())
@@ -71,6 +105,7 @@ void add_info(CLI::App& app, Args& a) {
       j["cpu_backends"] = available_backends(torch::kCPU);
       j["cpu_bf16"] = cpu_bf16_inference_available();
       j["onednn_plans"] = onednn_plan_description();
+      j["build"] = dev;
       j["modules"] = nlohmann::json::array();
       for (const auto& r : rows)
         j["modules"].push_back({{"name", r.name}, {"claim", r.claim}, {"out", r.out},
@@ -92,6 +127,15 @@ void add_info(CLI::App& app, Args& a) {
     std::printf("CPU inference backends (fastest first): %s; --precision bf16: %s\n", backends.c_str(),
                 cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)");
     if (onednn_available()) std::printf("onednn: %s\n", onednn_plan_description().c_str());
+    std::string dist;
+    for (const auto& b : dev["distributed_backends"]) dist += (dist.empty() ? "" : ", ") + b.get<std::string>();
+    std::printf("LibTorch %s (%s); distributed backends: %s\n", TORCH_VERSION,
+                LIGHTSEG_HAVE_TORCH_CUDA ? "CUDA build" : "CPU build", dist.empty() ? "none" : dist.c_str());
+    if (dev.contains("gpu"))
+      std::printf("GPU: %s, %.1f GiB, compute capability %s, %d multiprocessors (%d visible)\n",
+                  dev["gpu"].get<std::string>().c_str(), dev["gpu_memory_gib"].get<double>(),
+                  dev["gpu_capability"].get<std::string>().c_str(), dev["gpu_multiprocessors"].get<int>(),
+                  dev["gpus"].get<int>());
   });
 }
 

@@ -68,6 +68,12 @@ const TrainFlag kTrainFlags[] = {
     {"--workers", "workers", "Data-loading threads"},
     {"--max-iters", "max_iters", "Cap iterations per epoch (smoke tests; 0: none)"},
     {"--init-weights", "init_weights", "Start from these weights (fine-tuning)"},
+    {"--data-cache", "data_cache",
+     "Decoded training set: off (decoded per batch by --workers), host (in memory), device (on the training "
+     "device, batches augmented there), auto (device on CUDA, off on the CPU)"},
+    {"--fused-optimizer", "fused_optimizer", "Adam/AdamW in a few multi-tensor kernels per step: on, off, auto (on on CUDA)"},
+    {"--sync-every", "sync_every",
+     "Read the loss and the non-finite-step check every N steps (no host sync between; 0: 20 on CUDA, 1 on the CPU)"},
     {"--sync-bn", "sync_bn", "Synchronise BatchNorm statistics across ranks (SyncBN)", Kind::On},
     {"--verify-sync", "verify_sync", "Check after every step that all ranks hold identical weights", Kind::On},
     {"--no-overlap", "overlap_allreduce", "All-reduce gradients after backward instead of during it", Kind::Off},
