@@ -18,6 +18,8 @@
 #   BUILD        build folder of scripts/cuda_build.sh (default build-cuda)
 #   LIGHTSEG_BIN a built CLI: skips the build
 #   TRAIN_SECONDS  the probe of the new training path (default 45; dry run 20)
+#   BENCH_CONFIGS  PRECISION:HxW:BATCH ... for the bench table (default: fp16 and bf16 at 360x480 and
+#                512x1024, batch 1 and 8); BENCH_ITERS (200)
 #   SKIP         phases to leave out, e.g. "bench train_old" (of: tests labels bench train_new
 #                train_old), to give EXTRA_TRAIN their time
 #   EXTRA_TRAIN  a command (run with bash -c) given the time that is left, last; it sees OUT,
@@ -140,8 +142,8 @@ if [ -x "$bin" ] && ! skipped bench; then
     iters=3
     peer_flags=()
   else
-    configs="fp16:360x480:1 fp16:360x480:8 fp16:512x1024:1 fp16:512x1024:8 bf16:360x480:1 bf16:360x480:8 bf16:512x1024:1 bf16:512x1024:8"
-    iters=200
+    configs=${BENCH_CONFIGS:-"fp16:360x480:1 fp16:360x480:8 fp16:512x1024:1 fp16:512x1024:8 bf16:360x480:1 bf16:360x480:8 bf16:512x1024:1 bf16:512x1024:8"}
+    iters=${BENCH_ITERS:-200}
     peer_flags=(--cuda-graph)
   fi
   for c in $configs; do

@@ -52,8 +52,20 @@ PartialLoad load_matching(Network& net, const WeightsFile& w);
 Network load_network(const std::string& path, ModelMeta* meta = nullptr);
 void save_network(const std::string& path, Network& net, const ModelMeta& meta);
 
-// The default weights shipped in the repository (models/camvid.lsw), found next to the
-// executable's install tree, in LIGHTSEG_MODELS or in the source tree. Empty if none.
+// The default weights (camvid.lsw), looked for in this order: the folder LIGHTSEG_MODELS names;
+// next to the executable (build/bin/../../models, PREFIX/bin/../share/lightseg/models); the
+// installed package's PREFIX/share/lightseg/models (a program built with find_package(lightseg)
+// gets it through LIGHTSEG_INSTALLED_MODELS_DIR, below); the source tree lightseg was built from.
+// Empty if none.
 std::string default_weights_path();
+// The installed package's models folder, for default_weights_path(). find_package(lightseg)
+// defines LIGHTSEG_INSTALLED_MODELS_DIR for its users (relative to where the package lies, so a
+// moved prefix still works), and this header registers it at start-up.
+void set_installed_models_dir(const std::string& dir);
+#ifdef LIGHTSEG_INSTALLED_MODELS_DIR
+namespace detail {
+inline const bool installed_models_dir_registered = (set_installed_models_dir(LIGHTSEG_INSTALLED_MODELS_DIR), true);
+}  // namespace detail
+#endif
 
 }  // namespace lightseg

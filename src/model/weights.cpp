@@ -261,6 +261,15 @@ void save_network(const std::string& path, Network& net, const ModelMeta& meta) 
   write_weights(path, make_weights(net, meta));
 }
 
+namespace {
+std::string& installed_models_dir() {
+  static std::string dir;
+  return dir;
+}
+}  // namespace
+
+void set_installed_models_dir(const std::string& dir) { installed_models_dir() = dir; }
+
 std::string default_weights_path() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("LIGHTSEG_MODELS")) candidates.push_back(fs::path(env) / "camvid.lsw");
@@ -271,6 +280,7 @@ std::string default_weights_path() {
     candidates.push_back(exe.parent_path() / ".." / ".." / "models" / "camvid.lsw");
     candidates.push_back(exe.parent_path() / ".." / "share" / "lightseg" / "models" / "camvid.lsw");
   }
+  if (!installed_models_dir().empty()) candidates.push_back(fs::path(installed_models_dir()) / "camvid.lsw");
 #ifdef LIGHTSEG_SOURCE_MODELS
   candidates.push_back(fs::path(LIGHTSEG_SOURCE_MODELS) / "camvid.lsw");
 #endif

@@ -1,6 +1,8 @@
-// Segments one image with the installed library: segment_one WEIGHTS IMAGE OUT_COLOR.png
+// Segments one image with the installed library: segment_one WEIGHTS IMAGE OUT_COLOR.png;
+// WEIGHTS "default": the default Predictor (the installed model), whose path goes to stderr.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <lightseg/lightseg.h>  // the umbrella header: the whole public face
 
@@ -11,7 +13,8 @@ int main(int argc, char** argv) {
   }
   try {
     lightseg::PredictorOptions o;
-    o.weights = argv[1];
+    if (std::string(argv[1]) == "default") std::fprintf(stderr, "default weights: %s\n", lightseg::default_weights_path().c_str());
+    else o.weights = argv[1];
     lightseg::Predictor predictor(o);
     const lightseg::Prediction p = predictor.predict_file(argv[2]);
     const std::string png = lightseg::render(p.image, p.labels, predictor.meta().palette, lightseg::Render::Color);

@@ -29,6 +29,21 @@ out=$("$tmp/b/segment_one" "$tmp/prefix/share/lightseg/models/camvid.lsw" "$src/
 echo "downstream: $out"
 case "$out" in 480x360,*) ;; *) echo "downstream: unexpected output" >&2; exit 1 ;; esac
 [ "$(head -c 8 "$tmp/color.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || { echo "downstream: no PNG written" >&2; exit 1; }
+# the default Predictor of a downstream program finds the installed model (before the source tree's)
+out=$("$tmp/b/segment_one" default "$src/examples/0016E5_07959.png" "$tmp/color2.png" 2>"$tmp/default.err")
+echo "downstream: default: $out; $(cat "$tmp/default.err")"
+grep -q "^default weights: $tmp/prefix/share/lightseg/models/camvid.lsw\$" "$tmp/default.err" ||
+  { echo "downstream: the default Predictor did not use the installed model" >&2; exit 1; }
+# ... also when the prefix has been moved after installation (the package is relocatable)
+mv "$tmp/prefix" "$tmp/moved"
+rm -rf "$tmp/b"
+cmake -S "$src/tests/downstream" -B "$tmp/b" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$tmp/moved" ${torch_dir:+-DTorch_DIR="$torch_dir"} >/dev/null
+cmake --build "$tmp/b" >/dev/null
+"$tmp/b/segment_one" default "$src/examples/0016E5_07959.png" "$tmp/color3.png" 2>"$tmp/default.err" >/dev/null
+grep -q "^default weights: $tmp/moved/share/lightseg/models/camvid.lsw\$" "$tmp/default.err" ||
+  { echo "downstream: after moving the prefix: $(cat "$tmp/default.err")" >&2; exit 1; }
+mv "$tmp/moved" "$tmp/prefix"
 # the installed CLI finds the installed model by itself
 "$tmp/prefix/bin/lightseg" segment "$src/examples/0016E5_07959.png" --out "$tmp/cli" --format ids >/dev/null
 [ -f "$tmp/cli/0016E5_07959.png" ] || { echo "downstream: the installed CLI wrote nothing" >&2; exit 1; }
