@@ -61,7 +61,21 @@ struct ServerOptions {
   double head_timeout = 5;                 // s: the request line and headers must arrive within it
   double body_timeout = 10;                // s: a body must arrive within body_timeout + size / min_body_rate
   size_t min_body_rate = 8192;             // bytes/s (see body_timeout)
+  double upload_timeout = 60;              // s from a body's first byte: the whole body is due by then (408)
+  double slot_wait = 1;                    // s a body waits for one of http_threads slots; then 503
+  size_t max_head_bytes = 32768;           // request line + headers; more: 431
+  int max_header_lines = 100;              // header fields; more: 431
   double stop_grace = 10;                  // s: stop() gives requests in flight this long, then closes them
+  // Cost of a request: the pixels of all its forward passes (Predictor::inspect). Admitted
+  // requests (waiting or running) cost at most max_cost together (more: 503 + Retry-After); one
+  // request at most max_request_cost (more: 413). 0: 8 (resp. 2) × the predictor's max_pixels.
+  int64_t max_cost = 0;
+  int64_t max_request_cost = 0;
+  double queue_timeout = 30;               // s an admitted request may wait for an engine; then 503
+  double scale_grid = 0.25;                // a request's scales are snapped to multiples of it (Augmentation::snapped)
+  // Host names (besides IP literals and "localhost") a request's Host header may name; any other
+  // is answered 421 (DNS rebinding). "*": any.
+  std::vector<std::string> allowed_hosts;
   // Test-time augmentation (Predictor's Augmentation) of the requests that name none; default:
   // one plain pass. A request's &scales=&flip= replace it, with at most max_scales scales.
   std::vector<double> scales{1.0};
@@ -96,6 +110,7 @@ class Server {
   // Counters for tests and logs.
   struct Stats {
     uint64_t requests = 0, ok = 0, client_errors = 0, rejected_busy = 0, server_errors = 0;
+    uint64_t dropped = 0;  // admitted requests whose client had gone before their forward pass
   };
   Stats stats() const;
 
