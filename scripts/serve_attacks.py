@@ -118,30 +118,39 @@ def flood(a):
     results = [None, None]
 
     def client(i):
-        s = connect(a.port)
-        s.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        """Streams header lines until the server answers and closes, then again, until --seconds."""
         lines = b"".join(b"X-a%d: b\r\n" % k for k in range(2000))
-        sent, t0, got = 0, time.monotonic(), b""
-        s.setblocking(False)
+        sent, t0, codes, first = 0, time.monotonic(), {}, None
         while time.monotonic() - t0 < a.seconds:
-            try:
-                sent += s.send(lines)
-            except BlockingIOError:
-                time.sleep(0.001)
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            try:
-                b = s.recv(65536)
-                if not b:
+            s = connect(a.port)
+            s.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            s.setblocking(False)
+            got, c0 = b"", time.monotonic()
+            while time.monotonic() - t0 < a.seconds:
+                try:
+                    sent += s.send(lines)
+                except BlockingIOError:
+                    time.sleep(0.001)
+                except (BrokenPipeError, ConnectionResetError):
                     break
-                got += b
-            except BlockingIOError:
-                pass
-            except ConnectionResetError:
-                break
-        s.setblocking(True)
-        got += read_all(s, 2)
-        results[i] = {"sent_bytes": sent, "status": statuses(got)[:1], "answered_after_s": round(time.monotonic() - t0, 2)}
+                try:
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    got += b
+                except BlockingIOError:
+                    pass
+                except ConnectionResetError:
+                    break
+            s.setblocking(True)
+            got += read_all(s, 1)
+            s.close()
+            st = statuses(got)[:1]
+            key = str(st[0]) if st else "none"
+            codes[key] = codes.get(key, 0) + 1
+            if first is None:
+                first = round(time.monotonic() - c0, 3)
+        results[i] = {"sent_bytes": sent, "connections_by_status": codes, "first_answer_after_s": first}
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
     for t in threads:

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_run.h"
+#include "lightseg/engine.h"
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
 #include "lightseg/predictor.h"
@@ -1192,6 +1193,30 @@ TEST(Serve, WorkForAClientThatHasGoneIsDropped) {  // N5
   for (int i = 0; i < 50 && s.server().stats().dropped == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(s.server().stats().dropped, 1u);
   EXPECT_EQ(ran.load(), 1) << "the forward pass of the gone client ran";
+}
+
+TEST(Serve, ThePlanCacheKeepsTheShapesThatComeBack) {  // N6: 20 sizes in turn do not evict a size in use
+  fx::one_thread();
+  EngineOptions eo;
+  eo.backend = "onednn";
+  eo.profile = true;  // the profile names each cached plan and its calls
+  std::unique_ptr<InferenceEngine> engine;
+  try {
+    engine = make_engine(fx::random_network(), ModelMeta::camvid(), eo);
+  } catch (const std::invalid_argument& e) {
+    GTEST_SKIP() << "no onednn backend here: " << e.what();
+  }
+  const auto small = torch::rand({1, 3, 48, 64});
+  for (int i = 0; i < 20; ++i) {
+    engine->logits(small);
+    engine->logits(torch::rand({1, 3, 40 + 4 * i, 56 + 4 * i}));  // a new shape each time
+  }
+  engine->logits(small);
+  const std::string report = engine->profile();
+  // one plan served all 21 calls (a rebuilt plan counts from 0 again)
+  const size_t at = report.find("onednn plan 1x48x64: ");
+  ASSERT_NE(at, std::string::npos) << report.substr(0, 600);
+  EXPECT_GE(std::atoi(report.c_str() + at + 21), 21) << report.substr(at, 100);
 }
 
 TEST(Serve, AllowedHostsExtendTheHostCheck) {  // N11
