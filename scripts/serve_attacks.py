@@ -7,6 +7,7 @@
   scripts/serve_attacks.py --port 18091 --pid $! slow         # N2: 41 uploads at 9 kB/s + a normal POST
   scripts/serve_attacks.py --port 18091 --pid $! smuggle      # N3/N4: the smuggling variants
   scripts/serve_attacks.py --port 18091 --pid $! costly       # N5: the TTA request, time and peak RSS
+  scripts/serve_attacks.py --port 18091 --pid $! limit-shapes # N5: 4 shapes at the pixel limit in turn
   scripts/serve_attacks.py --port 18091 --pid $! sizes        # N6: 20 rotating sizes, a small image between
 """
 import argparse
@@ -250,6 +251,18 @@ def costly(a):
     print(json.dumps({"check": "costly", "requests": out}))
 
 
+def limit_shapes(a):
+    """N5's memory: shapes at the pixel limit in turn (each a plan of its own)."""
+    out = []
+    for w, h in [(2048, 2048), (2040, 2056), (2056, 2040), (2032, 2064), (2048, 2048)]:
+        sampler = RssSampler(a.pid)
+        r = request(a.port, "POST", "/v1/segment", png(w, h), timeout=300)
+        peak = sampler.stop()
+        out.append({"size": f"{w}x{h}", "status": r["status"], "seconds": r["seconds"], "rss_peak_mb": round(peak, 1),
+                    "vm_hwm_mb": round(hwm_mb(a.pid), 1), "rss_after_mb": round(rss_mb(a.pid), 1)})
+    print(json.dumps({"check": "limit-shapes", "requests": out}))
+
+
 def sizes(a):
     """N6: 20 image sizes in turn, a 64x48 image timed between them."""
     small = png(64, 48)
@@ -271,9 +284,10 @@ def main():
     ap.add_argument("--port", type=int, default=18091)
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("check", choices=["flood", "slow", "smuggle", "costly", "sizes"])
+    ap.add_argument("check", choices=["flood", "slow", "smuggle", "costly", "limit-shapes", "sizes"])
     a = ap.parse_args()
-    {"flood": flood, "slow": slow, "smuggle": smuggle, "costly": costly, "sizes": sizes}[a.check](a)
+    {"flood": flood, "slow": slow, "smuggle": smuggle, "costly": costly, "limit-shapes": limit_shapes,
+     "sizes": sizes}[a.check](a)
 
 
 if __name__ == "__main__":
