@@ -862,6 +862,10 @@ TEST(Serve, HeadsOverTheSizeOrFieldCapAre431) {  // N1
   for (int i = 0; i < 500; ++i) many += "X-a" + std::to_string(i) + ": b\r\n";
   std::string out = server.handle_bytes(many + "\r\n");
   EXPECT_EQ(statuses_of(out), std::vector<int>{431}) << out.substr(0, 300);
+  std::string hundred = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n";  // exactly the cap: 100 fields
+  for (int i = 0; i < 99; ++i) hundred += "X-a" + std::to_string(i) + ": b\r\n";
+  out = server.handle_bytes(hundred + "\r\n");
+  EXPECT_EQ(statuses_of(out), std::vector<int>{200}) << out.substr(0, 300);
   std::string big = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   for (int i = 0; i < 20; ++i) big += "X-b" + std::to_string(i) + ": " + std::string(4000, 'b') + "\r\n";
   out = server.handle_bytes(big + "\r\n");

@@ -157,8 +157,8 @@ class HttpServer::FramedStream : public httplib::Stream {
     if (n <= 0) return n;
     rs_.head_bytes += static_cast<size_t>(n);
     rs_.head_lines += static_cast<int>(std::count(ptr, ptr + n, '\n'));
-    // + 1: the request line
-    if (rs_.head_bytes > server_.limits_.max_head_bytes || rs_.head_lines > server_.limits_.max_header_lines + 1) {
+    // + 2: the request line and the empty line that ends the head
+    if (rs_.head_bytes > server_.limits_.max_head_bytes || rs_.head_lines > server_.limits_.max_header_lines + 2) {
       rs_.head_too_large = true;
       return -1;
     }
@@ -249,7 +249,7 @@ class HttpServer::FramedStream : public httplib::Stream {
             rs_.chunk = C::Done;
             return 0;
           }
-          if (++rs_.head_lines > server_.limits_.max_header_lines + 1) return bad();
+          if (++rs_.head_lines > server_.limits_.max_header_lines + 2) return bad();
           rs_.trailer_line = 0;
           rs_.chunk = C::Trailer;
           break;

@@ -278,7 +278,7 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
     try {
       const std::string what = "'" + jobs[i].input.string() + "'";
       std::string bytes = read_file(jobs[i].input.string());
-      p.check_encoded(bytes.data(), bytes.size(), what);
+      p.inspect(bytes.data(), bytes.size(), {}, what);  // the front door: header, pixel limit
       d.image = decode_image(bytes.data(), bytes.size(), what);
     } catch (const std::exception& e) {
       d.error = e.what();

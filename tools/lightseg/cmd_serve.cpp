@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "args.h"
-#include "infer/tta.h"
 #include "lightseg/features.h"
 #include "lightseg/predictor.h"
 #include "lightseg/runtime.h"
@@ -150,7 +149,7 @@ void add_serve(CLI::App& app, Args& a) {
                  po.weights.c_str(), predictor->meta().dataset.c_str(), static_cast<long long>(predictor->parameters()),
                  predictor->backend().c_str(), threads, s.max_bytes, static_cast<long long>(s.max_pixels), s.queue,
                  s.max_connections,
-                 tta_requested(so.scales, so.flip) ? tta_description(so.scales, so.flip).c_str() : "none",
+                 Augmentation{so.scales, so.flip}.text().c_str(),
                  so.max_scales);
     // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8080/
     const bool v6 = a.host.find(':') != std::string::npos && a.host.front() != '[';
