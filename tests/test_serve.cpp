@@ -18,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -1221,6 +1222,24 @@ TEST(Serve, ThePlanCacheKeepsTheShapesThatComeBack) {  // N6: 20 sizes in turn d
   const size_t at = report.find("onednn plan 1x48x64: ");
   ASSERT_NE(at, std::string::npos) << report.substr(0, 600);
   EXPECT_GE(std::atoi(report.c_str() + at + 21), 21) << report.substr(at, 100);
+}
+
+TEST(Serve, TheHttpFuzzSeedsGetNoServerError) {  // fuzz/corpus/http, as fuzz_http checks them, without a fuzzer build
+  fx::one_thread();
+  Server server(test_predictor(), ServerOptions{});
+  const fs::path dir = fs::path(LIGHTSEG_SOURCE_DIR) / "fuzz" / "corpus" / "http";
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    SCOPED_TRACE(e.path().filename().string());
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string out = server.handle_bytes(in);
+    EXPECT_FALSE(out.empty());
+    for (int st : statuses_of(out)) EXPECT_TRUE(st < 500 || st == 501 || st == 503) << st;
+    ++n;
+  }
+  EXPECT_GE(n, 29u);
+  EXPECT_EQ(server.stats().server_errors, 0u);
 }
 
 TEST(Serve, AllowedHostsExtendTheHostCheck) {  // N11

@@ -637,7 +637,7 @@ struct Server::Impl {
       n_requests++;
       if (res.status < 400) n_ok++;
       else if (res.status == 503) {}
-      else if (res.status < 500) n_client++;
+      else if (res.status < 500 || res.status == 501) n_client++;  // 501: a Transfer-Encoding the client chose
       else n_server++;
       if (!opt.log) return;
       try {  // runs outside httplib's try block too
