@@ -40,7 +40,7 @@ void Augmentation::check(int max_scales) const {
     if (!std::isfinite(s) || s < kMinScale || s > kMaxScale) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%g", s);
-      throw std::invalid_argument(std::string("test-time augmentation: each scale must be in [0.25, 4], got ") + buf);
+      throw std::invalid_argument(std::string("test-time augmentation: scale ") + buf + " is not in [0.25, 4]");
     }
   if (max_scales > 0 && scales.size() > static_cast<size_t>(max_scales))
     throw std::invalid_argument("test-time augmentation: at most " + std::to_string(max_scales) + " scales, got " +
