@@ -38,6 +38,7 @@ def cases(example):
     small = png(96, 64, 1)
     big_header = bytearray(png(64, 64, 2))
     big_header[16:24] = struct.pack(">II", 60000, 60000)  # IHDR claims 3.6 Gpixels (CRC now wrong too)
+    smuggled = b"GET /v1/model HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     return [
         ("example ids", "POST", "/v1/segment", example, {}, {200}),
         ("example json", "POST", "/v1/segment?format=json", example, {}, {200}),
@@ -54,6 +55,17 @@ def cases(example):
         ("wrong method", "PUT", "/v1/segment", small, {}, {405}),
         ("health", "GET", "/healthz", None, {}, {200}),
         ("model", "GET", "/v1/model", None, {}, {200}),
+        # issue 38: costly, hostile and browser-borne requests
+        ("costly tta", "POST", "/v1/segment?scales=3,4&flip=1", example, {}, {413}),
+        ("snapped tta", "POST", "/v1/segment?scales=1.93,1.95,1.97&flip=1", small, {}, {200}),
+        ("length +5", "POST", "/v1/segment", b"hello" + smuggled, {"Content-Length": "+5"}, {400}),
+        ("te list", "POST", "/v1/segment", b"5\r\nhello\r\n0\r\n\r\n" + smuggled,
+         {"Transfer-Encoding": "gzip, chunked"}, {501}),
+        ("get with body", "GET", "/healthz", smuggled, {}, {200}),
+        ("many headers", "GET", "/healthz", None, {f"X-a{i}": "b" for i in range(150)}, {431}),
+        ("foreign host", "GET", "/v1/model", None, {"Host": "evil.example"}, {421}),
+        ("cross-origin post", "POST", "/v1/segment", small, {"Origin": "http://evil.example",
+                                                             "Content-Type": "text/plain"}, {403}),
     ]
 
 

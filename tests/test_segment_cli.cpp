@@ -1,4 +1,8 @@
 // `lightseg segment` end to end: folders, single files, bad inputs, and a video round trip.
+#include <sys/stat.h>
+
+#include <chrono>
+
 #include <gtest/gtest.h>
 
 #include "cli_run.h"
@@ -214,7 +218,8 @@ TEST(SegmentCli, AFailedWriteCountsItsInputOnce) {
   auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
   EXPECT_EQ(j["images"], 1);
   EXPECT_EQ(j["failed"], 1);
-  EXPECT_EQ(j["files"], 4);  // good's three and bad's ids, written before the failure
+  EXPECT_EQ(j["files"], 3);  // good's three; bad's ids, written before the failure, are removed (N8)
+  EXPECT_FALSE(fs::exists(out / "bad.png")) << "a failed input left a partial output";
   EXPECT_NE(r.out.find("segmented 1 images"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out / "good_overlay.png"));
   EXPECT_TRUE(fs::is_directory(out / "bad_color.png"));
@@ -225,6 +230,77 @@ TEST(SegmentCli, AFailedWriteCountsItsInputOnce) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.err.find("1 of 1 inputs could not be segmented"), std::string::npos) << r.err;
   fs::remove_all(dir);
+}
+
+TEST(SegmentCli, NonRegularInputsAreRefusedUpFront) {  // N9: a FIFO would block for ever
+  fx::one_thread();
+  auto dir = fx::temp_dir("segment_fifo");
+  const std::string weights = fx::random_weights(dir);
+  const fs::path fifo = dir / "f.png";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = fx::run_cli({"segment", fifo.string(), "--weights", weights, "--out", (dir / "o").string()}, dir);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(SegmentCli, OutputsInsideTheInputFolderAreNotReadAgain) {  // N10: run it twice
+  fx::one_thread();
+  auto dir = fx::temp_dir("segment_twice");
+  const std::string weights = fx::random_weights(dir);
+  fs::create_directories(dir / "in");
+  write_png((dir / "in" / "a.png").string(), fx::shapes_sample(32, 40, 9).first);
+  for (int run = 0; run < 2; ++run) {
+    auto r = fx::run_cli({"segment", (dir / "in").string(), "--weights", weights, "--out", (dir / "in" / "out").string(),
+                          "--format", "all"},
+                         dir);
+    EXPECT_EQ(r.code, 0) << "run " << run << ": " << r.err;
+    EXPECT_NE(r.out.find("segmented 1 images"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir / "in" / "out" / "out"));
+  fs::remove_all(dir);
+}
+
+TEST(SegmentCli, ADamagedVideoFailsUnlessPartialIsAllowed) {  // N7
+  fx::one_thread();
+#if LIGHTSEG_HAVE_OPENCV
+  auto dir = fx::temp_dir("segment_damaged");
+  const std::string weights = fx::random_weights(dir);
+  const fs::path video = dir / "clip.avi";
+  const int W = 64, H = 48, N = 20;
+  {
+    cv::VideoWriter w(video.string(), cv::VideoWriter::fourcc('M', 'J', 'P', 'G'), 10, cv::Size(W, H));
+    if (!w.isOpened()) GTEST_SKIP() << "OpenCV cannot write an MJPG .avi here (no video I/O backend)";
+    for (int i = 0; i < N; ++i) {
+      auto rgb = fx::shapes_sample(H, W, 40 + i).first.contiguous();
+      cv::Mat bgr;
+      cv::cvtColor(cv::Mat(H, W, CV_8UC3, rgb.data_ptr<uint8_t>()), bgr, cv::COLOR_RGB2BGR);
+      w.write(bgr);
+    }
+  }
+  fs::resize_file(video, fs::file_size(video) / 2);
+  {
+    cv::VideoCapture cap(video.string());
+    if (!cap.isOpened()) GTEST_SKIP() << "OpenCV cannot open the truncated .avi here";
+  }
+  const fs::path out = dir / "out";
+  auto r = fx::run_cli({"segment", video.string(), "--weights", weights, "--out", out.string(), "--format", "all"}, dir);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("frames could be read"), std::string::npos) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(out / "clip_ids")) << "a failed video left its frames";
+  EXPECT_FALSE(fs::exists(out / "clip_overlay.avi"));
+  r = fx::run_cli({"segment", video.string(), "--weights", weights, "--out", out.string(), "--format", "ids",
+                   "--allow-partial"},
+                  dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("warning"), std::string::npos) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(out / "clip_ids" / "000000.png"));
+  fs::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without OpenCV: video input is not available in this build";
+#endif
 }
 
 TEST(SegmentCli, VideoRoundTrip) {

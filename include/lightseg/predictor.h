@@ -11,6 +11,12 @@
 //   auto rs = p.predict_batch({a, b, c});                    // same labels as single calls
 //   auto r = p.predict(image, false, {{1, 1.25}, true});     // test-time augmentation, this call only
 //
+// The front door for an image someone sent (what `serve` does per request):
+//   auto aug = lightseg::Augmentation::parse("1,1.25", "1", {}, /*max_scales=*/4);  // std::invalid_argument
+//   auto info = p.inspect(bytes.data(), bytes.size(), aug, "upload");  // header only: size, cost; InputError
+//   ... admit info.cost against a budget ...
+//   auto r = p.predict_inspected(info, bytes.data(), bytes.size());     // one decode, the passes
+//
 // Inputs of any size (≥ 1×1; below 32 pixels a side they are upscaled for the network), gray,
 // RGB or RGBA 8-bit; labels come back at the input's own height and width.
 //
@@ -53,8 +59,35 @@ struct PredictorOptions {
 // The onednn engine keeps the plans of max(4, EngineOptions::scales.size()) input sizes: more
 // scales per call than that rebuild plans at every call (correct, but slow).
 struct Augmentation {
+  static constexpr double kMinScale = 0.25, kMaxScale = 4;  // the one range of a scale
   std::vector<double> scales{1.0};
   bool flip = false;
+
+  // Throws std::invalid_argument naming the fault: no scale, a scale not finite or outside
+  // [kMinScale, kMaxScale], more than max_scales of them (0: any number).
+  void check(int max_scales = 0) const;
+  // Each scale rounded to the nearest multiple of `grid` (> 0) within the range, then sorted with
+  // duplicates dropped: 1.93,1.95,1.97,1.99 on a 0.25 grid is the one scale 2, so that a
+  // server's passes come in few shapes (each new shape is a plan to build).
+  Augmentation snapped(double grid) const;
+  // Forward passes per image: scales × (flip ? 2 : 1).
+  int passes() const { return static_cast<int>(scales.size()) * (flip ? 2 : 1); }
+  // "none", or e.g. "scales 1,1.25 + flip".
+  std::string text() const;
+  // From text such as a query's &scales=1,1.25&flip=1: `scales` numbers separated by commas,
+  // `flip` 0|1|true|false; an empty text keeps `defaults`' value. Checked (check(max_scales));
+  // throws std::invalid_argument quoting the text.
+  static Augmentation parse(const std::string& scales, const std::string& flip, const Augmentation& defaults,
+                            int max_scales = 0);
+};
+
+// What Predictor::inspect learned before any pixel is decoded: the image's header and the passes
+// its augmentation will run.
+struct InspectedImage {
+  ImageSize size;            // width and height from the header
+  Augmentation aug;          // checked
+  int64_t cost = 0;          // pixels of all forward passes: Σ over the scales of the pass's pixels, × 2 with flip
+  int64_t largest_pass = 0;  // pixels of the largest pass
 };
 
 struct Prediction {
@@ -87,6 +120,18 @@ class Predictor {
 
   // check_image with this predictor's max_pixels: the size from the header, or InputError.
   ImageSize check_encoded(const void* data, size_t size, const std::string& what = "image") const;
+  // The front door: the header parsed once (check_encoded), the augmentation checked, every pass
+  // held to max_pixels (InputError::TooLarge naming the scale), and the cost of the request.
+  // Nothing is decoded. Throws InputError for the image, std::invalid_argument for `aug`.
+  InspectedImage inspect(const void* data, size_t size, const Augmentation& aug = {},
+                         const std::string& what = "image") const;
+  // Decodes the image `info` was made from (once; bad pixel data throws InputError) and runs it
+  // with info.aug. `data` must be the bytes given to inspect.
+  Prediction predict_inspected(const InspectedImage& info, const void* data, size_t size, bool confidence = false,
+                               const std::string& what = "image") const;
+  // The size of the forward pass at scale s of an h×w input: round(h·s) × round(w·s), at least
+  // 32 a side (smaller inputs are upscaled for the network).
+  static std::pair<int64_t, int64_t> pass_size(int64_t h, int64_t w, double s);
 
   const ModelMeta& meta() const;
   const NetworkConfig& config() const;

@@ -1,7 +1,10 @@
 #include "lightseg/predictor.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -30,6 +33,72 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 constexpr int64_t kMinSide = 32;
 
 }  // namespace
+
+void Augmentation::check(int max_scales) const {
+  if (scales.empty()) throw std::invalid_argument("test-time augmentation: no scale given (e.g. 0.75,1,1.25)");
+  for (double s : scales)
+    if (!std::isfinite(s) || s < kMinScale || s > kMaxScale) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g", s);
+      throw std::invalid_argument(std::string("test-time augmentation: scale ") + buf + " is not in [0.25, 4]");
+    }
+  if (max_scales > 0 && scales.size() > static_cast<size_t>(max_scales))
+    throw std::invalid_argument("test-time augmentation: at most " + std::to_string(max_scales) + " scales, got " +
+                                std::to_string(scales.size()));
+}
+
+Augmentation Augmentation::snapped(double grid) const {
+  if (!(grid > 0)) throw std::invalid_argument("Augmentation::snapped: the grid must be > 0");
+  Augmentation a = *this;
+  for (double& s : a.scales)
+    if (std::isfinite(s)) s = std::clamp(std::round(s / grid) * grid, std::ceil(kMinScale / grid) * grid, std::floor(kMaxScale / grid) * grid);
+  std::sort(a.scales.begin(), a.scales.end());
+  a.scales.erase(std::unique(a.scales.begin(), a.scales.end()), a.scales.end());
+  return a;
+}
+
+std::string Augmentation::text() const { return tta_requested(scales, flip) ? tta_description(scales, flip) : "none"; }
+
+Augmentation Augmentation::parse(const std::string& scales_text, const std::string& flip_text,
+                                 const Augmentation& defaults, int max_scales) {
+  auto quoted = [](const std::string& t) { return "'" + (t.size() > 200 ? t.substr(0, 200) + "…" : t) + "'"; };
+  Augmentation a = defaults;
+  if (!scales_text.empty()) {
+    a.scales.clear();
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = scales_text.find(',', start);
+      const std::string item = scales_text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      double v = 0;
+      size_t used = 0;
+      try {
+        if (item.empty() || std::isspace(static_cast<unsigned char>(item[0]))) throw std::invalid_argument(item);
+        v = std::stod(item, &used);
+      } catch (const std::exception&) {
+        used = std::string::npos;
+      }
+      if (used != item.size())
+        throw std::invalid_argument("scales must be numbers separated by commas (e.g. 1,1.25), got " + quoted(scales_text));
+      if (!std::isfinite(v) || v < kMinScale || v > kMaxScale)
+        throw std::invalid_argument("each scale must be in [0.25, 4], got " + quoted(item));
+      a.scales.push_back(v);
+      if (max_scales > 0 && a.scales.size() > static_cast<size_t>(max_scales))
+        throw std::invalid_argument("at most " + std::to_string(max_scales) + " scales per request, got " +
+                                    quoted(scales_text));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (!flip_text.empty()) {
+    if (flip_text == "1" || flip_text == "true") a.flip = true;
+    else if (flip_text == "0" || flip_text == "false") a.flip = false;
+    else throw std::invalid_argument("flip must be 0 or 1, got " + quoted(flip_text));
+  }
+  a.check(max_scales);
+  return a;
+}
+
+std::pair<int64_t, int64_t> Predictor::pass_size(int64_t h, int64_t w, double s) { return tta_size(h, w, s); }
 
 struct Predictor::Impl {
   PredictorOptions opt;
@@ -186,7 +255,7 @@ torch::Tensor checked(const torch::Tensor& image) {
 
 Prediction Predictor::predict(const torch::Tensor& image, bool confidence, const Augmentation& aug) const {
   auto x = checked(image);
-  check_tta(aug.scales);
+  aug.check();
   auto t0 = std::chrono::steady_clock::now();
   auto [labels, conf] = impl_->run({x}, confidence, aug);
   Prediction p;
@@ -198,7 +267,7 @@ Prediction Predictor::predict(const torch::Tensor& image, bool confidence, const
 
 std::vector<Prediction> Predictor::predict_batch(const std::vector<torch::Tensor>& images, bool confidence,
                                                  const Augmentation& aug) const {
-  check_tta(aug.scales);
+  aug.check();
   std::vector<torch::Tensor> imgs;
   imgs.reserve(images.size());
   for (const auto& im : images) imgs.push_back(checked(im));
@@ -226,10 +295,31 @@ ImageSize Predictor::check_encoded(const void* data, size_t size, const std::str
   return check_image(data, size, what, impl_->opt.max_pixels);
 }
 
-Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what,
-                                      const Augmentation& aug) const {
-  check_encoded(data, size, what);
-  check_tta(aug.scales);
+InspectedImage Predictor::inspect(const void* data, size_t size, const Augmentation& aug, const std::string& what) const {
+  InspectedImage info;
+  info.size = check_encoded(data, size, what);
+  aug.check();
+  info.aug = aug;
+  const int64_t limit = impl_->opt.max_pixels;
+  for (double s : aug.scales) {
+    const auto [h, w] = pass_size(info.size.height, info.size.width, s);
+    if (limit > 0 && h * w > limit) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", s);
+      throw InputError(InputError::Kind::TooLarge, std::string("scale ") + buf + " makes the " +
+                                                       std::to_string(info.size.width) + "x" +
+                                                       std::to_string(info.size.height) + " " + what + " " +
+                                                       std::to_string(w) + "x" + std::to_string(h) +
+                                                       ", over the limit of " + std::to_string(limit) + " pixels");
+    }
+    info.largest_pass = std::max(info.largest_pass, h * w);
+    info.cost += h * w * (aug.flip ? 2 : 1);
+  }
+  return info;
+}
+
+Prediction Predictor::predict_inspected(const InspectedImage& info, const void* data, size_t size, bool confidence,
+                                        const std::string& what) const {
   auto t0 = std::chrono::steady_clock::now();
   torch::Tensor img;
   try {
@@ -240,11 +330,18 @@ Prediction Predictor::predict_encoded(const void* data, size_t size, bool confid
   } catch (const std::runtime_error& e) {
     throw InputError(InputError::Kind::Corrupt, e.what());
   }
+  if (img.size(0) != info.size.height || img.size(1) != info.size.width)
+    throw InputError(InputError::Kind::Corrupt, what + ": the decoded size differs from the header's");
   const double decode_ms = ms_since(t0);
-  Prediction p = predict(img, confidence, aug);
+  Prediction p = predict(img, confidence, info.aug);
   p.image = img;
   p.decode_ms = decode_ms;
   return p;
+}
+
+Prediction Predictor::predict_encoded(const void* data, size_t size, bool confidence, const std::string& what,
+                                      const Augmentation& aug) const {
+  return predict_inspected(inspect(data, size, aug, what), data, size, confidence, what);
 }
 
 Prediction Predictor::predict_file(const std::string& path, bool confidence, const Augmentation& aug) const {

@@ -8,15 +8,12 @@
 #include <torch/torch.h>
 
 #include "data/transforms.h"
+#include "lightseg/predictor.h"
 
 namespace lightseg {
 
-void check_tta(const std::vector<double>& scales) {
-  if (scales.empty()) throw std::invalid_argument("test-time augmentation: no scale given (e.g. 0.75,1,1.25)");
-  for (double s : scales)
-    if (!std::isfinite(s) || s < 0.25 || s > 4)
-      throw std::invalid_argument("test-time augmentation: scale " + std::to_string(s) + " is not in [0.25, 4]");
-}
+// The one check, with the one range (Augmentation::kMinScale, kMaxScale).
+void check_tta(const std::vector<double>& scales) { Augmentation{scales, false}.check(); }
 
 bool tta_requested(const std::vector<double>& scales, bool flip) {
   return flip || scales.size() != 1 || scales[0] != 1.0;

@@ -7,6 +7,11 @@
 #include <cmath>
 #include <cctype>
 #include <cstdio>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include <arpa/inet.h>
 
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"
@@ -126,6 +131,33 @@ struct HttpError {
   std::string message;
 };
 
+std::string lowercase(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The host of a Host header or an origin's authority ("name:port", "[v6]:port"), lowercase.
+std::string host_part(const std::string& authority) {
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    return close == std::string::npos ? authority : lowercase(authority.substr(0, close + 1));
+  }
+  return lowercase(authority.substr(0, authority.find(':')));
+}
+
+bool is_ip_literal(const std::string& host) {
+  unsigned char buf[16];
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    return ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), buf) == 1;
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1;
+}
+
+// The Content-Security-Policy of the web page: its own inline script and style, pictures from
+// data: and blob: URLs, requests to this origin only, and no framing by any page.
+constexpr const char* kPagePolicy =
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
 }  // namespace
 
 struct Server::Impl {
@@ -134,19 +166,103 @@ struct Server::Impl {
   HttpServer http;
   std::string model_json;
   int slots = 0;                 // engines + max_queue: requests past admission at most
-  std::atomic<int> admitted{0};  // requests past admission now
+  int64_t max_cost = 0, max_request_cost = 0;
   int port = -1;
-  std::atomic<uint64_t> n_requests{0}, n_ok{0}, n_client{0}, n_busy{0}, n_server{0};
+  std::atomic<uint64_t> n_requests{0}, n_ok{0}, n_client{0}, n_server{0}, n_dropped{0};
+  mutable std::atomic<uint64_t> n_busy{0};
+
+  // The queue in front of the engines: admission against a count and a cost, then a FIFO wait
+  // for one of `engines` turns (bounded by queue_timeout; given up when the client goes).
+  std::mutex qmu;
+  std::condition_variable qcv;
+  int n_admitted = 0;           // guarded by qmu, as are the four below
+  int64_t cost_admitted = 0;
+  int running = 0;
+  std::deque<uint64_t> waiting;  // tickets, in arrival order
+  uint64_t next_ticket = 0;
 
   void log(const std::string& line) const {
     if (opt.log) opt.log(line);
   }
 
-  // Releases an admission slot when the request is done.
+  // An admitted request: its cost counts until it is destroyed, its engine turn (if taken) too.
   struct Admission {
-    std::atomic<int>& n;
-    ~Admission() { n.fetch_sub(1); }
+    Impl& s;
+    int64_t cost;
+    bool turn = false;
+    void end_turn() {
+      if (!turn) return;
+      std::lock_guard<std::mutex> l(s.qmu);
+      turn = false;
+      --s.running;
+      s.qcv.notify_all();
+    }
+    ~Admission() {
+      end_turn();
+      std::lock_guard<std::mutex> l(s.qmu);
+      --s.n_admitted;
+      s.cost_admitted -= cost;
+      s.qcv.notify_all();
+    }
   };
+
+  [[noreturn]] void busy(httplib::Response& res, const std::string& why) const {
+    n_busy++;
+    res.set_header("Retry-After", "1");
+    throw HttpError{503, "busy: " + why + "; retry later"};
+  }
+
+  // Admits a request of `cost` or answers 503 at once.
+  std::unique_ptr<Admission> admit(int64_t cost, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> l(qmu);
+      if (n_admitted < slots && cost_admitted + cost <= max_cost) {
+        ++n_admitted;
+        cost_admitted += cost;
+        return std::unique_ptr<Admission>(new Admission{*this, cost});
+      }
+    }
+    busy(res, n_admitted >= slots ? std::to_string(opt.max_queue) + " requests are already waiting"
+                                  : "the requests already admitted use the cost budget (" + std::to_string(max_cost) +
+                                        " pixels of forward passes)");
+  }
+
+  // Waits for an engine turn, in arrival order: 503 after queue_timeout; false when the client
+  // has gone (its work is dropped).
+  bool take_turn(Admission& a, httplib::Response& res) {
+    const int engines = pred->options().engines;
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(opt.queue_timeout));
+    std::unique_lock<std::mutex> l(qmu);
+    const uint64_t ticket = next_ticket++;
+    waiting.push_back(ticket);
+    auto leave = [&] {
+      waiting.erase(std::find(waiting.begin(), waiting.end(), ticket));
+      qcv.notify_all();
+    };
+    for (;;) {
+      if (running < engines && waiting.front() == ticket) break;
+      if (Clock::now() >= deadline) {
+        leave();
+        l.unlock();
+        busy(res, "waited " + seconds_text(opt.queue_timeout) + " s in the queue for the network");
+      }
+      qcv.wait_for(l, std::chrono::milliseconds(100));
+      if (running < engines && waiting.front() == ticket) break;
+      l.unlock();
+      const bool gone = HttpServer::client_gone();
+      l.lock();
+      if (gone) {
+        leave();
+        return false;
+      }
+    }
+    waiting.pop_front();
+    ++running;
+    a.turn = true;
+    qcv.notify_all();
+    return true;
+  }
 
   // The image: the raw body, or a file of a multipart form (field "image", else the first file).
   // Read through a content reader, not httplib's own body handling, which refuses
@@ -155,8 +271,7 @@ struct Server::Impl {
   std::string read_image_body(const httplib::Request& req, httplib::Response& res,
                               const httplib::ContentReader& reader) const {
     std::string body;
-    const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
-    if (!req.has_header("Content-Length") && !chunked) return body;  // no body at all
+    if (HttpServer::request_framing() == BodyFraming::None) return body;  // no body at all
     // httplib checks Content-Length against max_bytes, not chunked bodies: count here too. An
     // over-size chunked body is read on and dropped (up to max_bytes more) so that the client,
     // still sending, gets to read the 413 instead of a reset connection.
@@ -199,65 +314,27 @@ struct Server::Impl {
     if (!ok) {
       res.set_header("Connection", "close");  // the rest of the body was not read
       if (too_big || res.status == 413) throw HttpError{413, ""};  // message from the error handler
+      if (HttpServer::request_busy())
+        busy(res, "every body slot is taken by uploads in progress (" + std::to_string(opt.http_threads > 0 ? opt.http_threads : slots + 8) + ")");
       if (HttpServer::request_timed_out())
         throw HttpError{408, "the request body arrived too slowly (it is due within " + seconds_text(opt.body_timeout) +
-                                 " s plus 1 s per " + std::to_string(opt.min_body_rate) + " bytes)"};
+                                 " s plus 1 s per " + std::to_string(opt.min_body_rate) + " bytes, and within " +
+                                 seconds_text(opt.upload_timeout) + " s in all)"};
       throw HttpError{400, "the request body could not be read (malformed or interrupted upload)"};
     }
     return body;
   }
 
-  static std::string augmentation_text(const Augmentation& a) {
-    return tta_requested(a.scales, a.flip) ? tta_description(a.scales, a.flip) : "none";
-  }
-
-  // The request's &scales=S1,S2,..&flip=0|1, each defaulting to the server's.
+  // The request's &scales=S1,S2,..&flip=0|1, each defaulting to the server's, snapped to the
+  // grid (so that passes come in few shapes).
   Augmentation augmentation(const httplib::Request& req) const {
-    Augmentation a{opt.scales, opt.flip};
-    if (req.has_param("scales")) {
-      const std::string text = req.get_param_value("scales");
-      a.scales.clear();
-      size_t start = 0;
-      while (true) {
-        const size_t comma = text.find(',', start);
-        const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        double v = 0;
-        try {
-          size_t used = 0;
-          v = std::stod(item, &used);
-          if (used != item.size() || item.empty() || std::isspace(static_cast<unsigned char>(item[0])))
-            throw std::invalid_argument(item);
-        } catch (const std::exception&) {
-          throw HttpError{400, "scales must be numbers separated by commas (e.g. 1,1.25), got '" + shown(text) + "'"};
-        }
-        if (!std::isfinite(v) || v < 0.25 || v > 4)
-          throw HttpError{400, "each scale must be in [0.25, 4], got '" + shown(item) + "'"};
-        a.scales.push_back(v);
-        if (a.scales.size() > static_cast<size_t>(opt.max_scales))
-          throw HttpError{400, "at most " + std::to_string(opt.max_scales) + " scales per request, got '" +
-                                   shown(text) + "'"};
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    }
-    if (req.has_param("flip")) {
-      const std::string f = req.get_param_value("flip");
-      if (f == "1" || f == "true") a.flip = true;
-      else if (f == "0" || f == "false") a.flip = false;
-      else throw HttpError{400, "flip must be 0 or 1, got '" + shown(f) + "'"};
-    }
-    return a;
-  }
-
-  // Every pass within the pixel limit, which bounds the memory of a request.
-  void check_passes(const Augmentation& a, const ImageSize& size) const {
-    const int64_t limit = pred->options().max_pixels;
-    for (double s : a.scales) {
-      const auto [h, w] = tta_size(size.height, size.width, s);
-      if (h * w > limit)
-        throw HttpError{413, "scale " + seconds_text(s) + " makes the " + std::to_string(size.width) + "x" +
-                                 std::to_string(size.height) + " image " + std::to_string(w) + "x" + std::to_string(h) +
-                                 ", over the limit of " + std::to_string(limit) + " pixels"};
+    try {
+      return Augmentation::parse(req.has_param("scales") ? req.get_param_value("scales") : "",
+                                 req.has_param("flip") ? req.get_param_value("flip") : "", {opt.scales, opt.flip},
+                                 opt.max_scales)
+          .snapped(opt.scale_grid);
+    } catch (const std::invalid_argument& e) {
+      throw HttpError{400, e.what()};
     }
   }
 
@@ -282,21 +359,26 @@ struct Server::Impl {
     if (!picture.empty() && picture != "overlay" && picture != "color")
       throw HttpError{400, "image must be overlay or color, got '" + shown(picture) + "'"};
     const Augmentation aug = augmentation(req);
-    const std::string* body = &image;
 
-    // Cheap checks first (empty, not an image, unsupported, too many pixels): they answer even when busy.
-    const ImageSize size = pred->check_encoded(body->data(), body->size(), "request body");  // the pixel limit
-    check_passes(aug, size);
-
-    if (admitted.fetch_add(1) >= slots) {
-      admitted.fetch_sub(1);
-      n_busy++;
-      res.set_header("Retry-After", "1");
-      throw HttpError{503, "busy: " + std::to_string(opt.max_queue) + " requests are already waiting; retry later"};
+    // The front door: the header and the augmentation, before any decoding. These cheap checks
+    // (empty, not an image, unsupported, too many pixels, too costly) answer even when busy.
+    const InspectedImage info = pred->inspect(image.data(), image.size(), aug, "request body");
+    if (info.cost > max_request_cost)
+      throw HttpError{413, "the augmentation '" + aug.text() + "' of the " + std::to_string(info.size.width) + "x" +
+                               std::to_string(info.size.height) + " image costs " + std::to_string(info.cost) +
+                               " pixels of forward passes, over the limit of " + std::to_string(max_request_cost) +
+                               " per request (fewer scales, smaller ones, or no flip)"};
+    auto admission = admit(info.cost, res);
+    const auto tq = Clock::now();
+    if (!take_turn(*admission, res)) {  // the client has gone: nobody to answer
+      n_dropped++;
+      res.set_header("Connection", "close");
+      throw HttpError{503, "the client closed the connection while its request waited"};
     }
-    Admission slot{admitted};
+    const double queue_ms = ms_between(tq, Clock::now());
     if (opt.before_inference) opt.before_inference();
-    Prediction p = pred->predict_encoded(body->data(), body->size(), false, "request body", aug);
+    Prediction p = pred->predict_inspected(info, image.data(), image.size(), false, "request body");
+    admission.reset();  // the engine's turn and the cost go to the next request
     const auto t1 = Clock::now();
     const int64_t H = p.labels.size(0), W = p.labels.size(1);
     const auto& palette = pred->meta().palette;
@@ -310,12 +392,13 @@ struct Server::Impl {
       j["channels"] = p.image.dim() == 3 ? p.image.size(2) : 1;
       j["classes"] = to_json(legend(p.labels, pred->meta()));
       j["backend"] = pred->backend();
-      j["augmentation"] = augmentation_text(aug);
+      j["augmentation"] = aug.text();
       if (!picture.empty()) {
         j["image"] = "data:image/png;base64," + base64(render(p.image, p.labels, palette, render_from_string(picture), alpha));
       }
       const auto t2 = Clock::now();
-      j["latency_ms"] = {{"decode", p.decode_ms},
+      j["latency_ms"] = {{"queue", queue_ms},
+                         {"decode", p.decode_ms},
                          {"inference", p.inference_ms},
                          {"encode", ms_between(t1, t2)},
                          {"total", ms_between(t0, t2)}};
@@ -327,9 +410,53 @@ struct Server::Impl {
     res.set_header("X-Latency-Ms", buf);
     std::snprintf(buf, sizeof buf, "%.1f", p.inference_ms);
     res.set_header("X-Inference-Ms", buf);
+    std::snprintf(buf, sizeof buf, "%.1f", queue_ms);
+    res.set_header("X-Queue-Ms", buf);
     res.set_header("X-Image-Size", std::to_string(W) + "x" + std::to_string(H));
-    res.set_header("X-Augmentation", augmentation_text(aug));
+    res.set_header("X-Augmentation", aug.text());
     res.set_content(std::move(out), type.c_str());
+  }
+
+  bool host_allowed(const std::string& host) const {
+    if (host.empty()) return false;
+    if (is_ip_literal(host) || host == "localhost" || host == lowercase(opt.host)) return true;
+    for (const auto& h : opt.allowed_hosts)
+      if (h == "*" || lowercase(h) == host) return true;
+    return false;
+  }
+
+  // A browser's view of the request (N11): the Host must name this server (a page of another
+  // name resolving to 127.0.0.1, DNS rebinding, gets 421), and a POST from a page of another
+  // origin (a form, a no-cors fetch: the requests a browser sends without asking) gets 403.
+  // Clients that are not browsers send no Origin or Sec-Fetch-Site.
+  bool check_origin(const httplib::Request& req, httplib::Response& res) const {
+    if (req.has_header("Host")) {
+      const std::string host = host_part(req.get_header_value("Host"));
+      if (!host_allowed(host)) {
+        send_error(res, 421, "the Host '" + shown(req.get_header_value("Host")) +
+                                 "' is not this server's (an IP address, localhost, or a name given with --allowed-hosts)");
+        return false;
+      }
+    } else if (req.version == "HTTP/1.1") {
+      send_error(res, 400, "an HTTP/1.1 request needs a Host header");
+      return false;
+    }
+    if (req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS") return true;
+    const std::string site = lowercase(req.get_header_value("Sec-Fetch-Site"));
+    if (!site.empty() && site != "same-origin" && site != "none") {
+      send_error(res, 403, "cross-site request refused (Sec-Fetch-Site: " + shown(site) + ")");
+      return false;
+    }
+    if (req.has_header("Origin")) {
+      const std::string origin = lowercase(req.get_header_value("Origin"));
+      const std::string host = lowercase(req.get_header_value("Host"));
+      if (origin != "http://" + host && origin != "https://" + host) {
+        send_error(res, 403, "cross-origin request refused (Origin " + shown(req.get_header_value("Origin")) +
+                                 " is not this server's)");
+        return false;
+      }
+    }
+    return true;
   }
 
   void setup() {
@@ -341,13 +468,18 @@ struct Server::Impl {
                                   "it bounds the memory of the decoded images");
     if (opt.max_connections <= 0) throw std::invalid_argument("max_connections must be > 0");
     if (opt.max_scales < 1) throw std::invalid_argument("max_scales must be ≥ 1");
-    check_tta(opt.scales);
+    Augmentation{opt.scales, opt.flip}.check();
     if (opt.scales.size() > static_cast<size_t>(opt.max_scales))
       throw std::invalid_argument("the default augmentation has " + std::to_string(opt.scales.size()) +
                                   " scales, more than max_scales (" + std::to_string(opt.max_scales) + ")");
-    if (!(opt.head_timeout > 0) || !(opt.body_timeout >= 0) || !(opt.stop_grace >= 0))
-      throw std::invalid_argument("head_timeout must be > 0, body_timeout and stop_grace ≥ 0");
+    if (!(opt.head_timeout > 0) || !(opt.body_timeout >= 0) || !(opt.stop_grace >= 0) || !(opt.upload_timeout > 0) ||
+        !(opt.slot_wait >= 0) || !(opt.queue_timeout >= 0) || !(opt.scale_grid > 0))
+      throw std::invalid_argument("head_timeout, upload_timeout and scale_grid must be > 0; body_timeout, slot_wait, "
+                                  "queue_timeout and stop_grace ≥ 0");
+    if (opt.max_cost < 0 || opt.max_request_cost < 0) throw std::invalid_argument("max_cost and max_request_cost must be ≥ 0");
     slots = po.engines + opt.max_queue;
+    max_request_cost = opt.max_request_cost > 0 ? opt.max_request_cost : 2 * po.max_pixels;
+    max_cost = std::max(opt.max_cost > 0 ? opt.max_cost : 8 * po.max_pixels, max_request_cost);
     const int body_slots = opt.http_threads > 0 ? opt.http_threads : slots + 8;
 
     const ModelMeta& m = pred->meta();
@@ -368,11 +500,13 @@ struct Server::Impl {
         {"config", to_json(pred->config())},
         {"backend", pred->backend()},
         {"device", po.engine.device.str()},
-        {"augmentation", {{"scales", opt.scales}, {"flip", opt.flip}, {"text", augmentation_text({opt.scales, opt.flip})}}},
+        {"augmentation", {{"scales", opt.scales}, {"flip", opt.flip}, {"text", Augmentation{opt.scales, opt.flip}.text()}, {"grid", opt.scale_grid}}},
         {"limits",
          {{"max_bytes", opt.max_bytes},
           {"max_pixels", po.max_pixels},
           {"max_queue", opt.max_queue},
+          {"max_cost", max_cost},
+          {"max_request_cost", max_request_cost},
           {"max_scales", opt.max_scales}}},
     }.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a file name is any bytes
 
@@ -390,7 +524,17 @@ struct Server::Impl {
     limits.head_timeout = opt.head_timeout;
     limits.body_timeout = opt.body_timeout;
     limits.min_body_rate = opt.min_body_rate;
+    limits.upload_timeout = opt.upload_timeout;
+    limits.slot_wait = opt.slot_wait;
+    limits.max_head_bytes = opt.max_head_bytes;
+    limits.max_header_lines = opt.max_header_lines;
     http.set_limits(limits);
+    // Never a type sniffed from a reply's bytes (a label PNG is a PNG, an error is JSON).
+    http.set_default_headers({{"X-Content-Type-Options", "nosniff"}});
+    http.set_request_filter([this](const httplib::Request& req, httplib::Response& res) {
+      return check_origin(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                    : httplib::Server::HandlerResponse::Handled;
+    });
     http.set_notice([this](const std::string& line) { log(line); });
     http.set_payload_max_length(opt.max_bytes);
     http.set_read_timeout(10, 0);
@@ -398,6 +542,7 @@ struct Server::Impl {
     http.set_keep_alive_timeout(2);
     http.set_keep_alive_max_count(100);
 
+    // The rest of the framing's refusals and the server's own.
     http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
@@ -406,6 +551,9 @@ struct Server::Impl {
     });
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_header("Cache-Control", "no-cache");
+      res.set_header("Content-Security-Policy", kPagePolicy);
+      res.set_header("X-Frame-Options", "DENY");
+      res.set_header("Referrer-Policy", "no-referrer");
       res.set_content(web_page_html(), "text/html; charset=utf-8");
     });
     http.Post("/v1/segment",
@@ -456,8 +604,9 @@ struct Server::Impl {
     http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       if (res.status == 400 && HttpServer::request_timed_out()) res.status = 408;
-      std::string msg;
-      switch (res.status) {
+      std::string msg = HttpServer::request_refusal();
+      if (!msg.empty() && res.status == 400 && msg.find("too large") != std::string::npos) res.status = 431;
+      if (msg.empty()) switch (res.status) {
         case 404: msg = "no such endpoint: " + req.method + " " + shown(req.path); break;
         case 413: msg = "request body too large (the limit is " + std::to_string(opt.max_bytes) + " bytes)"; break;
         case 400: msg = "malformed HTTP request"; break;
@@ -467,7 +616,8 @@ struct Server::Impl {
         default: msg = "HTTP error " + std::to_string(res.status); break;
       }
       // After these the rest of the request is unread or unknown: the connection cannot go on.
-      if (res.status == 400 || res.status == 408 || res.status == 413 || res.status == 414)
+      if (res.status == 400 || res.status == 408 || res.status == 413 || res.status == 414 || res.status == 431 ||
+          res.status == 501)
         res.set_header("Connection", "close");
       send_error(res, res.status, msg);
     });
@@ -487,7 +637,7 @@ struct Server::Impl {
       n_requests++;
       if (res.status < 400) n_ok++;
       else if (res.status == 503) {}
-      else if (res.status < 500) n_client++;
+      else if (res.status < 500 || res.status == 501) n_client++;  // 501: a Transfer-Encoding the client chose
       else n_server++;
       if (!opt.log) return;
       try {  // runs outside httplib's try block too
@@ -557,6 +707,7 @@ Server::Stats Server::stats() const {
   s.client_errors = impl_->n_client;
   s.rejected_busy = impl_->n_busy + impl_->http.refused();
   s.server_errors = impl_->n_server;
+  s.dropped = impl_->n_dropped;
   return s;
 }
 

@@ -166,7 +166,7 @@ async function segment() {
     const L = j.latency_ms;
     $("latency").innerHTML = "";
     const lines = [
-      ["server", L.total], ["network", L.inference], ["decode", L.decode], ["encode", L.encode], ["round trip", roundTrip]];
+      ["server", L.total], ["queue", L.queue || 0], ["network", L.inference], ["decode", L.decode], ["encode", L.encode], ["round trip", roundTrip]];
     for (const [k, v] of lines) {
       const d = document.createElement("div");
       d.textContent = k + ": " + v.toFixed(1) + " ms";

@@ -43,6 +43,7 @@ struct SegmentArgs {
   double alpha = 0.5;
   int camera = -1;
   int64_t max_frames = 0;
+  bool allow_partial = false;
 };
 
 struct Outputs {
@@ -73,17 +74,26 @@ bool is_video_ext(const std::string& e) {
   return v.count(e) > 0;
 }
 
-std::vector<Job> collect_jobs(const std::vector<std::string>& inputs) {
+// Inputs are regular files or folders of them: a FIFO, device or socket given by name is
+// refused before any work (reading one could block for ever). A folder's walk skips `out` (the
+// outputs of an earlier run into a folder inside the input are not inputs).
+std::vector<Job> collect_jobs(const std::vector<std::string>& inputs, const fs::path& out) {
   std::vector<Job> jobs;
+  std::error_code ec;
+  const fs::path out_key = fs::weakly_canonical(out, ec);
   for (const auto& in : inputs) {
     fs::path p(in);
-    std::error_code ec;
     if (!fs::exists(p, ec)) throw std::runtime_error("input '" + in + "' does not exist");
     if (fs::is_directory(p, ec)) {
       std::vector<fs::path> files;
       for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied);
-           it != fs::recursive_directory_iterator(); ++it)
+           it != fs::recursive_directory_iterator(); ++it) {
+        if (it->is_directory(ec) && fs::weakly_canonical(it->path(), ec) == out_key) {
+          it.disable_recursion_pending();
+          continue;
+        }
         if (it->is_regular_file(ec) && is_image_ext(lower_ext(it->path()))) files.push_back(it->path());
+      }
       if (files.empty()) throw std::runtime_error("folder '" + in + "' has no .png/.jpg/.jpeg images");
       std::sort(files.begin(), files.end());
       for (const auto& f : files) {
@@ -91,6 +101,8 @@ std::vector<Job> collect_jobs(const std::vector<std::string>& inputs) {
         jobs.push_back({f, (rel.parent_path() / rel.stem()).string(), false});
       }
     } else {
+      if (!fs::is_regular_file(p, ec))
+        throw std::runtime_error("input '" + in + "' is not a regular file (a FIFO, device or socket): give files or folders");
       const bool video = is_video_ext(lower_ext(p));
 #if !LIGHTSEG_HAVE_OPENCV
       if (video)
@@ -206,7 +218,7 @@ void check_outputs(const std::vector<Job>& jobs, int camera, const fs::path& out
 // outputs can be made again.
 void write_bytes(const fs::path& path, const std::string& bytes) { write_file_atomic(path.string(), bytes, /*sync=*/false); }
 
-// One image's files; a failure stops its remaining ones. What was written is counted either way.
+// One image's files, all or none: a failure removes the ones already written for it.
 struct Written {
   int files = 0;
   std::string error;
@@ -214,16 +226,20 @@ struct Written {
 Written write_image_outputs(const fs::path& base, const Outputs& o, const torch::Tensor& image,
                             const torch::Tensor& labels, const ModelMeta& meta, double alpha) {
   Written w;
+  std::vector<std::string> done;
   try {
     fs::create_directories(base.parent_path());
     for (auto [wanted, what, suffix] : {std::tuple{o.ids, Render::Ids, ".png"}, {o.color, Render::Color, "_color.png"},
                                          {o.overlay, Render::Overlay, "_overlay.png"}}) {
       if (!wanted) continue;
       write_bytes(base.string() + suffix, render(image, labels, meta.palette, what, alpha));
-      ++w.files;
+      done.push_back(base.string() + suffix);
     }
+    w.files = static_cast<int>(done.size());
   } catch (const std::exception& e) {
     w.error = e.what();
+    std::error_code ec;
+    for (const auto& f : done) fs::remove(f, ec);
   }
   return w;
 }
@@ -262,7 +278,7 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
     try {
       const std::string what = "'" + jobs[i].input.string() + "'";
       std::string bytes = read_file(jobs[i].input.string());
-      p.check_encoded(bytes.data(), bytes.size(), what);
+      p.inspect(bytes.data(), bytes.size(), {}, what);  // the front door: header, pixel limit
       d.image = decode_image(bytes.data(), bytes.size(), what);
     } catch (const std::exception& e) {
       d.error = e.what();
@@ -310,12 +326,23 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
 #if LIGHTSEG_HAVE_OPENCV
 // A video file or a camera: an overlaid (and/or colour) MJPG .avi at the source's frame rate,
 // label-id PNGs per frame in <stem>_ids/.
-void segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::path& base, const Outputs& o,
-                    const Predictor& p, double alpha, int64_t max_frames, ProgressLine& line, Totals& t) {
+// The files a video or camera writes (segment_stream), removed when it fails.
+void remove_stream_outputs(const fs::path& base, const Outputs& o) {
+  std::error_code ec;
+  if (o.ids) fs::remove_all(base.string() + "_ids", ec);
+  if (o.color) fs::remove(base.string() + "_color.avi", ec);
+  if (o.overlay) fs::remove(base.string() + "_overlay.avi", ec);
+}
+
+// Returns the frames written; throws when none could be read, or (unless allow_partial) when
+// fewer than the container announces were (a damaged or truncated file).
+int64_t segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::path& base, const Outputs& o,
+                    const Predictor& p, double alpha, int64_t max_frames, bool allow_partial, ProgressLine& line, Totals& t) {
   double fps = cap.get(cv::CAP_PROP_FPS);
   if (!(fps >= 1 && fps <= 240)) fps = 25;
   int64_t total = static_cast<int64_t>(cap.get(cv::CAP_PROP_FRAME_COUNT));
   if (total <= 0) total = 0;
+  const int64_t announced = total;
   if (max_frames > 0 && (total == 0 || max_frames < total)) total = max_frames;
   fs::create_directories(base.parent_path());
   const fs::path ids_dir = base.string() + "_ids";
@@ -368,8 +395,16 @@ void segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::pa
     line.update(name + ": " + rate_line("frames", n, total, seconds_since(t0)));
   }
   if (n == 0) throw std::runtime_error(name + ": no frames could be read");
+  const int64_t expected = max_frames > 0 && announced > 0 ? std::min(max_frames, announced) : announced;
+  if (!g_interrupted && expected > 0 && n < expected) {
+    const std::string what = name + ": only " + std::to_string(n) + " of " + std::to_string(expected) +
+                             " frames could be read (a damaged or truncated file?)";
+    if (!allow_partial) throw std::runtime_error(what + "; --allow-partial keeps what was read");
+    line.print("warning: " + what + "; kept (--allow-partial)");
+  }
   t.frames += n;
   line.print(name + ": " + std::to_string(n) + " frames → " + base.string() + "*");
+  return n;
 }
 #endif
 
@@ -390,6 +425,9 @@ void add_segment(CLI::App& app, Args& a) {
   sub->add_option("--camera", s.camera, "Also read camera N (OpenCV) until Ctrl-C or --max-frames")->check(CLI::NonNegativeNumber);
   sub->add_option("--max-frames", s.max_frames, "Stop each video or camera after N frames (0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--allow-partial", s.allow_partial,
+                "Keep a video of which fewer frames could be read than it announces (damaged or truncated), "
+                "with a warning; otherwise it fails and its outputs are removed");
   sub->callback([&a]() {
     if (s.inputs.empty() && s.camera < 0)
       throw std::runtime_error("nothing to segment: give image files, folders, video files or --camera N");
@@ -401,7 +439,7 @@ void add_segment(CLI::App& app, Args& a) {
     o.color = s.format == "color" || s.format == "all";
     o.overlay = s.format == "overlay" || s.format == "all";
     const fs::path out = a.out.empty() ? fs::path("out") : fs::path(a.out);
-    const auto jobs = collect_jobs(s.inputs);  // validates every input before any work
+    const auto jobs = collect_jobs(s.inputs, out);  // validates every input before any work
     check_outputs(jobs, s.camera, out, o);
 
     init_runtime(a.threads);
@@ -429,11 +467,15 @@ void add_segment(CLI::App& app, Args& a) {
         ++t.failed;
         continue;
       }
+      const int64_t files_before = t.files;
       try {
-        segment_stream(cap, j.input.string(), out / j.stem, o, predictor, s.alpha, s.max_frames, line, t);
+        segment_stream(cap, j.input.string(), out / j.stem, o, predictor, s.alpha, s.max_frames, s.allow_partial,
+                       line, t);
         ++t.videos;
       } catch (const std::exception& e) {
         line.print(std::string("skipped: ") + e.what());
+        remove_stream_outputs(out / j.stem, o);  // a failed input leaves no files
+        t.files = files_before;
         ++t.failed;
       }
     }
@@ -443,7 +485,7 @@ void add_segment(CLI::App& app, Args& a) {
       line.print("camera " + std::to_string(s.camera) + ": segmenting until Ctrl-C" +
                  (s.max_frames > 0 ? " or " + std::to_string(s.max_frames) + " frames" : std::string()));
       segment_stream(cap, "camera " + std::to_string(s.camera), out / ("camera" + std::to_string(s.camera)), o,
-                     predictor, s.alpha, s.max_frames, line, t);
+                     predictor, s.alpha, s.max_frames, /*allow_partial=*/true, line, t);
     }
 #endif
     std::signal(SIGINT, previous);

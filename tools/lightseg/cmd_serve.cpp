@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "args.h"
-#include "infer/tta.h"
 #include "lightseg/features.h"
 #include "lightseg/predictor.h"
 #include "lightseg/runtime.h"
@@ -45,6 +44,10 @@ void add_serve(CLI::App& app, Args& a) {
     double grace = 10;
     int max_connections = 1000;
     int max_scales = 4;
+    std::vector<std::string> allowed_hosts;
+    double queue_timeout = 30;
+    int64_t max_cost = 0;
+    int64_t max_request_cost = 0;
   };
   static ServeArgs s;
   sub->add_option("--max-bytes", s.max_bytes, "Largest request body in bytes (larger: 413)")
@@ -66,6 +69,20 @@ void add_serve(CLI::App& app, Args& a) {
                   "Test-time augmentation scales a request may ask for (&scales=; more: 400). Each is a forward pass")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub->add_option("--allowed-hosts", s.allowed_hosts,
+                  "Host names a request's Host header may name besides IP addresses and localhost (others: 421, "
+                  "against DNS rebinding); '*': any")
+      ->delimiter(',');
+  sub->add_option("--queue-timeout", s.queue_timeout, "Seconds a request may wait for the network (then 503)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--max-cost", s.max_cost,
+                  "Pixels of forward passes (scales × flip × pixels) the admitted requests may cost together "
+                  "(more: 503); 0: 8 × --max-pixels")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-request-cost", s.max_request_cost,
+                  "Pixels of forward passes one request may cost (more: 413); 0: 2 × --max-pixels")
+      ->check(CLI::NonNegativeNumber);
   sub->callback([&a]() {
 #if LIGHTSEG_HAVE_SERVER
     const int threads = init_runtime(a.threads);
@@ -91,6 +108,10 @@ void add_serve(CLI::App& app, Args& a) {
     so.scales = a.scales;
     so.flip = a.flip;
     so.max_scales = std::max<int>(s.max_scales, static_cast<int>(a.scales.size()));
+    so.allowed_hosts = s.allowed_hosts;
+    so.queue_timeout = s.queue_timeout;
+    so.max_cost = s.max_cost;
+    so.max_request_cost = s.max_request_cost;
     so.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     Server server(predictor, so);
     const int port = server.bind();
@@ -128,9 +149,11 @@ void add_serve(CLI::App& app, Args& a) {
                  po.weights.c_str(), predictor->meta().dataset.c_str(), static_cast<long long>(predictor->parameters()),
                  predictor->backend().c_str(), threads, s.max_bytes, static_cast<long long>(s.max_pixels), s.queue,
                  s.max_connections,
-                 tta_requested(so.scales, so.flip) ? tta_description(so.scales, so.flip).c_str() : "none",
+                 Augmentation{so.scales, so.flip}.text().c_str(),
                  so.max_scales);
-    std::printf("serving on http://%s:%d/ (Ctrl-C stops)\n", a.host.c_str(), port);
+    // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8080/
+    const bool v6 = a.host.find(':') != std::string::npos && a.host.front() != '[';
+    std::printf("serving on http://%s%s%s:%d/ (Ctrl-C stops)\n", v6 ? "[" : "", a.host.c_str(), v6 ? "]" : "", port);
     std::fflush(stdout);
     server.run();
 

@@ -1,4 +1,8 @@
-// The engine: one plan per input shape (up to max_plans, 4 by default), built on first use.
+// The engine: one plan per input shape, built on first use and kept while there is room: at most
+// max_plans of them (4 by default) holding at most max_plans × 2 Mpixels of input together (a
+// plan's buffers grow with its pixels). When a new shape needs room, the plans used least often
+// go first (then the least recently used): shapes that come back (a camera, a service's usual
+// size) stay while a stream of new ones (20 sizes in turn) only replace each other.
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
@@ -29,17 +33,35 @@ class Engine : public InferenceEngine {
     const auto key = std::make_tuple(x.size(0), x.size(2), x.size(3));
     auto it = plans_.find(key);
     if (it == plans_.end()) {
-      if (plans_.size() >= max_plans_) plans_.clear();  // a few shapes at a time (each holds its buffers)
-      it = plans_.emplace(key, std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_)).first;
-      it->second->set_profiling(profile_);
+      const int64_t pixels = x.size(0) * x.size(2) * x.size(3);
+      const int64_t budget = static_cast<int64_t>(max_plans_) * (int64_t(2) << 20);
+      auto held = [&] {
+        int64_t n = 0;
+        for (const auto& [k, e] : plans_) n += std::get<0>(k) * std::get<1>(k) * std::get<2>(k);
+        return n;
+      };
+      while (!plans_.empty() && (plans_.size() >= max_plans_ || held() + pixels > budget)) {
+        auto victim = plans_.begin();
+        for (auto j = plans_.begin(); j != plans_.end(); ++j)
+          if (j->second.hits < victim->second.hits ||
+              (j->second.hits == victim->second.hits && j->second.last_use < victim->second.last_use))
+            victim = j;
+        plans_.erase(victim);
+      }
+      Entry e;
+      e.plan = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_);
+      e.plan->set_profiling(profile_);
+      it = plans_.emplace(key, std::move(e)).first;
     }
-    return labels ? it->second->labels(x, strm_) : it->second->run(x, strm_);
+    it->second.hits++;
+    it->second.last_use = ++clock_;
+    return labels ? it->second.plan->labels(x, strm_) : it->second.plan->run(x, strm_);
   }
   std::string backend() const override { return bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
   std::string profile() const override {
     std::string r;
-    for (const auto& [key, plan] : plans_) r += plan->report();
+    for (const auto& [key, e] : plans_) r += e.plan->report();
     return r;
   }
 
@@ -49,7 +71,12 @@ class Engine : public InferenceEngine {
   size_t max_plans_;
   dnnl::engine eng_;
   dnnl::stream strm_;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+  struct Entry {
+    std::unique_ptr<Plan> plan;
+    uint64_t hits = 0, last_use = 0;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Entry> plans_;
+  uint64_t clock_ = 0;
 };
 
 std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans) {
