@@ -59,6 +59,9 @@ def main():
     ap.add_argument("--configs", default="configs/study3")
     ap.add_argument("--study2", default="models/checkpoints/study2-")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--min-choice-epochs", type=int, default=150,
+                    help="below this schedule the table is a pilot: it ranks, it chooses nothing")
+    ap.add_argument("--note", default="", help="a paragraph placed under the title (e.g. where the runs ran)")
     a = ap.parse_args()
     targets = dict(t.split("=") for t in a.targets.split())
     targets = {k: int(v) for k, v in targets.items()}
@@ -66,7 +69,12 @@ def main():
     other = [f for f in folds if f != SEQVAL]
     base = min(targets.values()) if targets else 0
 
-    lines = ["# CamVid recipe study 3 (seqval: validation on a drive never trained on)", "",
+    pilot = 0 < base < a.min_choice_epochs
+    lines = ["# CamVid recipe study 3 (seqval: validation on a drive never trained on)"
+             + (f": a {base}-epoch pilot" if pilot else ""), ""]
+    if a.note:
+        lines += [a.note, ""]
+    lines += [
              "Protocol (issue 36): **seqval** trains on the 367 frames of drives `0001TP` + `0016E5` (the train and",
              "val splits pooled, `--val-groups 0006R0`) and validates on the 101 frames of drive `0006R0`, which no",
              "training frame shows. The old protocol validated on 101 frames of `0016E5`, the drive of 204 training",
@@ -131,6 +139,12 @@ def main():
     if unfinished:
         lines.append(f"**In progress**: {', '.join(unfinished)} not finished. No arm is chosen before every arm has "
                      "finished its schedule.")
+    elif scores and pilot:
+        order = sorted(scores, key=scores.get, reverse=True)
+        lines.append(f"**A pilot, not a choice**: at {base} epochs every arm is far from trained (the shipped schedule is "
+                     f"300 + 300 epochs), and study 2 changed order between epochs 20 and 80, so this order ("
+                     + " > ".join(order) + ") says which arms learn fast, not which recipe ends best. "
+                     f"A choice needs at least {a.min_choice_epochs} epochs per arm.")
     elif scores:
         win = max(scores, key=scores.get)
         if win != "aux" and "aux" in scores and scores[win] > scores["aux"] + 0.005:
