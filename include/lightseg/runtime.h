@@ -23,7 +23,7 @@ int init_runtime(int threads = 0);
 // set_thread_wait_defaults() first thing in main() and, when it returns true, re-executes itself
 // (the CLI does: tools/lightseg/main.cpp). Nothing is changed when the user set any of
 // OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (LLVM OpenMP), or LIGHTSEG_SPIN=default.
-constexpr const char* kDefaultSpinCount = "10000";
+constexpr const char* kDefaultSpinCount = "1000";
 // Sets GOMP_SPINCOUNT (and KMP_BLOCKTIME) in this process's environment when the user set none
 // of the wait variables; true when it changed something (the caller must re-execute itself to
 // make the OpenMP runtime read them). LIGHTSEG_SPIN=N sets the spin count, LIGHTSEG_SPIN=default
