@@ -63,32 +63,24 @@ TEST(ThreadWait, CliSpinsBrieflyWhenTheUserSetNothing) {
   fs::remove_all(dir);
 }
 
+// The `threads:` line of a tiny bench run with one wait variable set.
+static std::string policy_line_with(const fs::path& dir, const std::string& var, const std::string& value) {
+  auto vars = kNoWaitVars;
+  vars[var] = value;
+  ScopedEnv env(vars);
+  auto r = run_cli(kTinyBench, dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.out;
+}
+
 TEST(ThreadWait, TheUsersSettingWins) {
   auto dir = temp_dir("user");
-  {
-    auto vars = kNoWaitVars;
-    vars["GOMP_SPINCOUNT"] = "77";
-    ScopedEnv env(vars);
-    auto r = run_cli(kTinyBench, dir);
-    ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.out.find("threads: GOMP_SPINCOUNT=77 (set by you)"), std::string::npos) << r.out;
-  }
-  {
-    auto vars = kNoWaitVars;
-    vars["OMP_WAIT_POLICY"] = "passive";
-    ScopedEnv env(vars);
-    auto r = run_cli(kTinyBench, dir);
-    ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.out.find("threads: OMP_WAIT_POLICY=passive (set by you)"), std::string::npos) << r.out;
-  }
-  {
-    auto vars = kNoWaitVars;
-    vars["LIGHTSEG_SPIN"] = "default";
-    ScopedEnv env(vars);
-    auto r = run_cli(kTinyBench, dir);
-    ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.out.find("threads: OpenMP's default"), std::string::npos) << r.out;
-  }
+  auto out = policy_line_with(dir, "GOMP_SPINCOUNT", "77");
+  EXPECT_NE(out.find("threads: GOMP_SPINCOUNT=77 (set by you)"), std::string::npos) << out;
+  out = policy_line_with(dir, "OMP_WAIT_POLICY", "passive");
+  EXPECT_NE(out.find("threads: OMP_WAIT_POLICY=passive (set by you)"), std::string::npos) << out;
+  out = policy_line_with(dir, "LIGHTSEG_SPIN", "default");
+  EXPECT_NE(out.find("threads: OpenMP's default"), std::string::npos) << out;
   fs::remove_all(dir);
 }
 

@@ -1,4 +1,5 @@
 #include "lightseg/dataset.h"
+#include "data/two_column_file.h"
 #include "core/json_io.h"
 
 #include <algorithm>
@@ -15,26 +16,14 @@ namespace lightseg {
 namespace fs = std::filesystem;
 
 static std::vector<Sample> read_pairs(const fs::path& root, const fs::path& list) {
-  std::ifstream f(list);
-  if (!f) throw std::runtime_error("cannot open list file '" + list.string() + "'");
   std::vector<Sample> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream ss(line);
-    std::string a, b;
-    if (!(ss >> a >> b))
-      throw std::runtime_error(list.string() + ":" + std::to_string(n) + ": expected \"image label\", got '" + line + "'");
-    auto resolve = [&](const std::string& p) {
-      fs::path q(p);
-      if (q.is_absolute()) return q.string();
-      return (root / q).string();
-    };
-    out.push_back({resolve(a), resolve(b)});
-  }
+  auto resolve = [&](const std::string& p) {
+    fs::path q(p);
+    if (q.is_absolute()) return q.string();
+    return (root / q).string();
+  };
+  for_each_two_column_line(list.string(), "image label", "cannot open list file '" + list.string() + "'",
+                           [&](const std::string& a, const std::string& b) { out.push_back({resolve(a), resolve(b)}); });
   return out;
 }
 

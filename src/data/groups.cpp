@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "lightseg/dataset.h"
+#include "data/two_column_file.h"
 
 namespace lightseg {
 
@@ -33,25 +34,15 @@ struct GroupFile {
   GroupFile(const std::string& path, const std::string& root) {
     fs::path p(path);
     if (!fs::exists(p) && p.is_relative() && fs::exists(fs::path(root) / p)) p = fs::path(root) / p;
-    std::ifstream f(p);
-    if (!f) throw std::runtime_error("group file '" + path + "' cannot be opened");
-    std::string line;
-    int n = 0;
-    while (std::getline(f, line)) {
-      ++n;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream ss(line);
-      std::string image, group;
-      if (!(ss >> image >> group))
-        throw std::runtime_error(p.string() + ":" + std::to_string(n) + ": expected \"image group\", got '" + line + "'");
-      fs::path q(image);
-      if (q.is_relative()) q = fs::path(root) / q;
-      by_path[q.lexically_normal().string()] = group;
-      const std::string name = fs::path(image).filename().string();
-      by_name[name] = group;
-      ++name_count[name];
-    }
+    for_each_two_column_line(p.string(), "image group", "group file '" + path + "' cannot be opened",
+                             [&](const std::string& image, const std::string& group) {
+                               fs::path q(image);
+                               if (q.is_relative()) q = fs::path(root) / q;
+                               by_path[q.lexically_normal().string()] = group;
+                               const std::string name = fs::path(image).filename().string();
+                               by_name[name] = group;
+                               ++name_count[name];
+                             });
   }
   std::string operator()(const std::string& image) const {
     auto it = by_path.find(fs::path(image).lexically_normal().string());
