@@ -138,7 +138,9 @@ TEST(IsaCap, OnAnEmulatedAvx2CpuTheMainJobRunsAndGivesTheNativeLabels) {
   if (std::system("command -v qemu-x86_64 >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "qemu-x86_64 (Debian's qemu-user) is not installed";
   auto dir = fixtures::temp_dir("isacap_qemu");
-  const std::string cmd = "OMP_NUM_THREADS=2 timeout -k 5 600 qemu-x86_64 -cpu Haswell " +
+  // GOMP_SPINCOUNT set: the CLI does not re-execute itself for its wait policy (qemu-user
+  // would run the new image natively, outside the emulated CPU).
+  const std::string cmd = "OMP_NUM_THREADS=2 GOMP_SPINCOUNT=1000 timeout -k 5 600 qemu-x86_64 -cpu Haswell " +
                           fixtures::shell_quote(LIGHTSEG_CLI) + " ";
   auto run = [&](const std::string& args, const fs::path& out) {
     return std::system((cmd + args + " >" + fixtures::shell_quote(out.string()) + " 2>&1").c_str());
