@@ -22,6 +22,7 @@ PACKAGES=(
   chromium                          # the web page test (headless; tests/web)
   iproute2                          # `ip netns`: the two-machine distributed test
   python3                           # scripts/check_main_job.py and the test helpers
+  python3-pil                       # scripts/pack_carry.sh, scripts/make_class_subset.py (JPEG copies, remapped labels)
   clang libclang-rt-14-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; omp.h for clang): scripts/fuzz.sh
   qemu-user                         # an emulated AVX2 CPU (Haswell) for the test of the non-AVX-512 path
 )
