@@ -232,3 +232,62 @@ TEST(Palette, RenderGivesThePngOfEachRendering) {
   EXPECT_THROW(render_from_string("json"), std::invalid_argument);
   EXPECT_THROW(render(img, labels, pal, Render::Overlay, 2.0), std::invalid_argument);
 }
+
+// PredictorOptions::input_size: the network sees the resized image, the labels come back at
+// the input's own size.
+TEST(Predictor, InputSizeGivesLabelsAtTheOriginalSize) {
+  fx::one_thread();
+  PredictorOptions o;
+  o.input_size = InputSize::parse("40x56");
+  Predictor p(fx::random_network(), ModelMeta::camvid(), o);
+  const auto& plain = shared_predictor();
+  auto small = rgb_image(40, 56, 11);
+  // a 2x copy (each pixel a 2x2 block): bilinear to 40x56 gives back the small image
+  auto big = small.repeat_interleave(2, 0).repeat_interleave(2, 1).contiguous();
+  auto r = p.predict(big, /*confidence=*/true);
+  ASSERT_EQ(r.labels.sizes(), (std::vector<int64_t>{80, 112}));
+  ASSERT_EQ(r.confidence.sizes(), (std::vector<int64_t>{80, 112}));
+  auto expect = plain.predict(small).labels.repeat_interleave(2, 0).repeat_interleave(2, 1);
+  EXPECT_GE(fx::agreement(r.labels, expect), 0.99);
+  // labels-only path and the encoded front door agree
+  EXPECT_GE(fx::agreement(p.predict(big).labels, expect), 0.99);
+  const std::string png = encode_png(big);
+  auto info = p.inspect(png.data(), png.size());
+  EXPECT_EQ(info.cost, 40 * 56);  // the network's size, not the image's
+  EXPECT_GE(fx::agreement(p.predict_inspected(info, png.data(), png.size()).labels, expect), 0.99);
+  // odd sizes, gray, and smaller than the input size
+  for (auto img : {rgb_image(45, 77, 1), rgb_image(61, 35, 2).select(2, 0).contiguous(), rgb_image(7, 5, 3)}) {
+    auto q = p.predict(img);
+    EXPECT_EQ(q.labels.size(0), img.size(0));
+    EXPECT_EQ(q.labels.size(1), img.size(1));
+  }
+}
+
+TEST(Predictor, InputSizeLongestSideKeepsAspectAndRounds) {
+  auto s = InputSize::parse("480");
+  EXPECT_TRUE(s.longest_side);
+  EXPECT_EQ(s.resolve(960, 1280), (std::pair<int64_t, int64_t>{360, 480}));
+  EXPECT_EQ(s.resolve(1280, 960), (std::pair<int64_t, int64_t>{480, 360}));
+  EXPECT_EQ(s.resolve(1080, 1920), (std::pair<int64_t, int64_t>{272, 480}));  // 270 → a multiple of 8
+  EXPECT_EQ(s.resolve(100, 3000), (std::pair<int64_t, int64_t>{32, 480}));    // never below 32
+  EXPECT_EQ(InputSize::parse("360x480").resolve(7, 5), (std::pair<int64_t, int64_t>{360, 480}));
+  EXPECT_TRUE(InputSize::parse("").none());
+  EXPECT_TRUE(InputSize::parse("0").none());
+  EXPECT_EQ(InputSize::parse("0").resolve(45, 77), (std::pair<int64_t, int64_t>{45, 77}));
+  EXPECT_EQ(InputSize::parse("360x480").text(), "360x480");
+}
+
+TEST(Predictor, BadInputSizesAreClearErrors) {
+  for (const char* t : {"0x480", "-5", "360x-1", "16", "360x16", "100000", "99999x480", "abc", "360x", "x480", "3.5"}) {
+    try {
+      InputSize::parse(t);
+      ADD_FAILURE() << "'" << t << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + t + "'"), std::string::npos) << e.what();
+    }
+  }
+  PredictorOptions o;
+  o.input_size.height = 10;
+  o.input_size.width = 480;
+  EXPECT_THROW(Predictor(fx::random_network(), ModelMeta::camvid(), o), std::invalid_argument);
+}

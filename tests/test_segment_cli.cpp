@@ -96,6 +96,31 @@ TEST(SegmentCli, SingleFilesWithOneFormat) {
   fs::remove_all(dir);
 }
 
+// --input-size: the network runs at that size, the ids come back at the input's own size.
+TEST(SegmentCli, InputSizeWritesIdsAtTheInputSize) {
+  fx::one_thread();
+  auto dir = fx::temp_dir("segment_input_size");
+  const std::string weights = fx::random_weights(dir);
+  auto img = fx::shapes_sample(45, 77, 6).first;
+  write_png((dir / "x.png").string(), img);
+  auto r = fx::run_cli({"segment", (dir / "x.png").string(), "--weights", weights, "--out", (dir / "o").string(),
+                        "--format", "ids", "--input-size", "64x96"},
+                       dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ids = read_label_file((dir / "o" / "x.png").string());
+  EXPECT_EQ(ids.sizes(), (std::vector<int64_t>{45, 77}));
+  PredictorOptions po;
+  po.weights = weights;
+  po.input_size = InputSize::parse("64x96");
+  EXPECT_GE(fx::agreement(ids, Predictor(po).predict(img).labels), kAgree);
+  r = fx::run_cli({"segment", (dir / "x.png").string(), "--weights", weights, "--out", (dir / "o2").string(),
+                   "--input-size", "12"},
+                  dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--input-size"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
 TEST(SegmentCli, BadInputsFailWithAClearMessage) {
   fx::one_thread();
   auto dir = fx::temp_dir("segment_bad");

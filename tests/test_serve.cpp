@@ -1449,3 +1449,34 @@ TEST(WebPage, UploadAnImageAndSeeTheOverlay) {
 TEST(Serve, NotBuilt) { GTEST_SKIP() << "built without cpp-httplib: lightseg serve is not available"; }
 
 #endif
+
+// PredictorOptions::input_size (serve --input-size): reported in GET /v1/model, and the labels
+// come back at the upload's own size.
+TEST(Serve, InputSizeIsReportedAndLabelsAreAtTheUploadSize) {
+  fx::one_thread();
+  PredictorOptions po;
+  po.max_pixels = 4096 * 1024;
+  po.input_size = InputSize::parse("48x64");
+  auto pred = std::make_shared<const Predictor>(fx::random_network(), ModelMeta::camvid(), po);
+  ServerOptions o;
+  o.port = 0;
+  Server server(pred, o);
+  const int port = server.bind();
+  std::thread t([&] { server.run(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto m = json_of(c.Get("/v1/model"));
+  EXPECT_EQ(m["input_size"]["height"], 48);
+  EXPECT_EQ(m["input_size"]["width"], 64);
+  EXPECT_EQ(m["input_size"]["longest_side"], false);
+  EXPECT_EQ(m["input_size"]["text"], "48x64");
+  auto img = fx::shapes_sample(75, 101, 4).first;
+  auto r = c.Post("/v1/segment", encode_png(img), "image/png");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "");
+  auto ids = decode_image(r->body.data(), r->body.size());
+  EXPECT_EQ(ids.size(0), 75);
+  EXPECT_EQ(ids.size(1), 101);
+  EXPECT_TRUE(ids.squeeze(2).equal(pred->predict(img).labels));
+  server.stop();
+  t.join();
+}

@@ -4,6 +4,7 @@
 //   lightseg::Predictor p;                                   // the shipped models/camvid.lsw
 //   lightseg::PredictorOptions o; o.weights = "my.lsw";     // or any weights file
 //   o.engine.device = torch::kCUDA;                          // backend, device, dtype: EngineOptions
+//   o.input_size = lightseg::InputSize::parse("360x480");    // network input size ("480": longest side)
 //   lightseg::Predictor p2(o);
 //   auto r = p.predict_file("street.png");                   // r.labels: H×W uint8 class ids
 //   auto r = p.predict_encoded(bytes.data(), bytes.size());  // PNG/JPEG bytes
@@ -18,7 +19,9 @@
 //   auto r = p.predict_inspected(info, bytes.data(), bytes.size());     // one decode, the passes
 //
 // Inputs of any size (≥ 1×1; below 32 pixels a side they are upscaled for the network), gray,
-// RGB or RGBA 8-bit; labels come back at the input's own height and width.
+// RGB or RGBA 8-bit; labels come back at the input's own height and width. With
+// PredictorOptions::input_size the network sees the image resized to that size (TTA scales are
+// relative to it) and the labels are resized back (nearest) to the input's size.
 //
 // Concurrency: a Predictor may be shared by any number of threads. It owns a pool of
 // `PredictorOptions::engines` inference engines (each with its own copy of the weights), each
@@ -45,11 +48,32 @@
 
 namespace lightseg {
 
+// The network's input size: every image is resized once (bilinear) to it before the network,
+// and its labels come back at the image's own size (nearest neighbour; the confidence too).
+// {height, width}: exactly that size (the aspect may change). {longest, 0} (`longest_side`): the
+// longest side becomes that many pixels with the aspect kept, each side rounded to a multiple of
+// 8 (the network's output stride). Default {0, 0}: the image's own size.
+struct InputSize {
+  static constexpr int64_t kMin = 32, kMax = 8192;  // each side, and a longest side, in [kMin, kMax]
+  int64_t height = 0, width = 0;
+  bool longest_side = false;
+  bool none() const { return height == 0 && width == 0; }
+  // Throws std::invalid_argument naming the fault (a side < kMin or > kMax).
+  void check() const;
+  // The network input size for an h×w image ({h, w} when none()).
+  std::pair<int64_t, int64_t> resolve(int64_t h, int64_t w) const;
+  // "360x480" (exact) or "480" (longest side); "0" or "" is none(). Checked; throws
+  // std::invalid_argument quoting the text.
+  static InputSize parse(const std::string& text);
+  std::string text() const;  // "360x480", "480 (longest side)" or "image size"
+};
+
 struct PredictorOptions {
   std::string weights;             // .lsw file; empty: default_weights_path() (throws if none)
   EngineOptions engine;            // backend, device and compute type of each engine (make_engine)
   int engines = 1;                 // engines in the pool (concurrent forward passes)
   int64_t max_pixels = 0;          // refuse larger inputs with InputError::TooLarge (0: no limit)
+  InputSize input_size;            // the network's input size (default: each image's own)
 };
 
 // Test-time augmentation for one call (e.g. one HTTP request), on top of the engines' own
@@ -86,7 +110,7 @@ struct Augmentation {
 struct InspectedImage {
   ImageSize size;            // width and height from the header
   Augmentation aug;          // checked
-  int64_t cost = 0;          // pixels of all forward passes: Σ over the scales of the pass's pixels, × 2 with flip
+  int64_t cost = 0;          // pixels of all forward passes (at the network input size): Σ over the scales of the pass's pixels, × 2 with flip
   int64_t largest_pass = 0;  // pixels of the largest pass
 };
 

@@ -34,6 +34,56 @@ constexpr int64_t kMinSide = 32;
 
 }  // namespace
 
+void InputSize::check() const {
+  auto bad = [](int64_t v) { return v < kMin || v > kMax; };
+  if (none()) return;
+  if (longest_side ? (width != 0 || bad(height)) : (bad(height) || bad(width)))
+    throw std::invalid_argument("input size " + text() + ": each side must be in [" + std::to_string(kMin) + ", " +
+                                std::to_string(kMax) + "]");
+}
+
+std::pair<int64_t, int64_t> InputSize::resolve(int64_t h, int64_t w) const {
+  if (none()) return {h, w};
+  if (!longest_side) return {height, width};
+  const double f = static_cast<double>(height) / static_cast<double>(std::max(h, w));
+  auto side = [&](int64_t v) {
+    const int64_t r = static_cast<int64_t>(std::llround(static_cast<double>(v) * f / 8.0)) * 8;
+    return std::clamp<int64_t>(r, kMin, kMax);
+  };
+  return {side(h), side(w)};
+}
+
+InputSize InputSize::parse(const std::string& t) {
+  InputSize s;
+  if (t.empty() || t == "0") return s;
+  auto num = [&](const std::string& x) -> int64_t {
+    if (x.empty() || x.size() > 9 || x.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("input size '" + t + "': expected HxW (e.g. 360x480) or a longest side (e.g. 480)");
+    return std::stoll(x);
+  };
+  const auto x = t.find('x');
+  if (x == std::string::npos) {
+    s.height = num(t);
+    s.longest_side = true;
+  } else {
+    s.height = num(t.substr(0, x));
+    s.width = num(t.substr(x + 1));
+  }
+  try {
+    s.check();
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("input size '" + t + "': each side must be in [" + std::to_string(kMin) + ", " +
+                                std::to_string(kMax) + "]");
+  }
+  return s;
+}
+
+std::string InputSize::text() const {
+  if (none()) return "image size";
+  if (longest_side) return std::to_string(height) + " (longest side)";
+  return std::to_string(height) + "x" + std::to_string(width);
+}
+
 void Augmentation::check(int max_scales) const {
   if (scales.empty()) throw std::invalid_argument("test-time augmentation: no scale given (e.g. 0.75,1,1.25)");
   for (double s : scales)
@@ -130,6 +180,7 @@ struct Predictor::Impl {
   void init(const Network& net, const ModelMeta& m) {
     if (opt.engines < 1) throw std::invalid_argument("a predictor needs at least 1 engine, got " + std::to_string(opt.engines));
     if (opt.max_pixels < 0) throw std::invalid_argument("max_pixels must be ≥ 0, got " + std::to_string(opt.max_pixels));
+    opt.input_size.check();
     config = net->config();
     meta = m;
     if (meta.class_names.empty() && meta.palette.empty()) {
@@ -189,6 +240,29 @@ struct Predictor::Impl {
       std::vector<torch::Tensor> chw;
       for (const auto& im : images) chw.push_back(to_rgb_chw_float(im));
       torch::Tensor x = torch::stack(chw);
+      const int64_t H0 = x.size(2), W0 = x.size(3);
+      const auto [Hn, Wn] = opt.input_size.resolve(H0, W0);
+      if (Hn != H0 || Wn != W0) {
+        x = resize_image(x, Hn, Wn);
+        auto out = run_net(engine, x, tta, want_conf, aug);
+        auto back = [&](const torch::Tensor& t, bool is_labels) {
+          auto f = t.unsqueeze(1).to(torch::kFloat32);
+          f = torch::nn::functional::interpolate(f, torch::nn::functional::InterpolateFuncOptions()
+                                                        .size(std::vector<int64_t>{H0, W0})
+                                                        .mode(torch::kNearest));
+          f = f.squeeze(1);
+          return is_labels ? f.to(torch::kUInt8).contiguous() : f.contiguous();
+        };
+        return {back(out.first, true), want_conf ? back(out.second, false) : torch::Tensor()};
+      }
+      return run_net(engine, x, tta, want_conf, aug);
+    });
+  }
+
+  // x: N×3×H×W float 0-255 → labels N×H×W uint8 (+ confidence) at x's size.
+  static std::pair<torch::Tensor, torch::Tensor> run_net(InferenceEngine& engine, torch::Tensor x, bool tta,
+                                                         bool want_conf, const Augmentation& aug) {
+    {
       const int64_t H = x.size(2), W = x.size(3);
       if (H < kMinSide || W < kMinSide) x = resize_image(x, std::max(H, kMinSide), std::max(W, kMinSide));
       if (!tta && !want_conf && x.size(2) == H && x.size(3) == W)
@@ -204,7 +278,7 @@ struct Predictor::Impl {
       if (!want_conf) return {logits.argmax(1).to(torch::kUInt8), torch::Tensor()};
       auto [p, idx] = torch::softmax(logits, 1).max(1);
       return {idx.to(torch::kUInt8), p.contiguous()};
-    });
+    }
   }
 };
 
@@ -301,8 +375,10 @@ InspectedImage Predictor::inspect(const void* data, size_t size, const Augmentat
   aug.check();
   info.aug = aug;
   const int64_t limit = impl_->opt.max_pixels;
+  // The passes run at the network input size (a 4K image at 360x480 costs 360x480).
+  const auto [nh, nw] = impl_->opt.input_size.resolve(info.size.height, info.size.width);
   for (double s : aug.scales) {
-    const auto [h, w] = pass_size(info.size.height, info.size.width, s);
+    const auto [h, w] = pass_size(nh, nw, s);
     if (limit > 0 && h * w > limit) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%g", s);

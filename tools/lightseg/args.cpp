@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include "lightseg/predictor.h"
+
 #include <stdexcept>
 
 namespace lightseg::cli {
@@ -83,6 +85,20 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
             ->check(CLI::Range(0.25, 4.0))
             ->capture_default_str();
         sub->add_flag("--flip", a.flip, "Test-time augmentation: also average each scale mirrored left-right (2x the passes)");
+        break;
+      case Opt::InputSize:  // PredictorOptions::input_size
+        sub->add_option("--input-size", a.input_size,
+                        "Network input size: HxW (exactly, e.g. 360x480) or N (the longest side, aspect kept, sides "
+                        "rounded to multiples of 8); each image is resized once and its labels come back at its own "
+                        "size. Default: each image's own size")
+            ->check([](const std::string& t) {
+              try {
+                InputSize::parse(t);
+                return std::string();
+              } catch (const std::exception& e) {
+                return std::string(e.what());
+              }
+            });
         break;
     }
   }

@@ -35,10 +35,11 @@ struct Args {
   bool dynamic = false;            // --dynamic
   std::vector<double> scales{1.0};  // --scales (test-time augmentation)
   bool flip = false;                // --flip
+  std::string input_size;           // --input-size HxW|N (PredictorOptions::input_size)
 };
 
 enum class Opt { Threads, Device, Weights, Config, Size, Json, Data, Dataset, Split, Out, Host, Port,
-               Backend, Batch, Iters, Precision, Onnx, Opset, Dynamic, Tta };
+               Backend, Batch, Iters, Precision, Onnx, Opset, Dynamic, Tta, InputSize };
 
 void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which);
 // "360x480" → {360, 480}; throws on bad text or sizes < 32.

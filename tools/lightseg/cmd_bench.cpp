@@ -27,6 +27,8 @@
 #include "lightseg/runtime.h"
 #include "lightseg/features.h"
 #include "lightseg/weights.h"
+#include "lightseg/predictor.h"
+#include "data/transforms.h"
 #if LIGHTSEG_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -109,7 +111,7 @@ class BusyProcesses {
 void add_bench(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("bench", "Measure inference speed (latency, FPS, achieved MAC/s vs peak)");
   add_options(sub, a, {Opt::Size, Opt::Batch, Opt::Threads, Opt::Iters, Opt::Weights, Opt::Config, Opt::Backend,
-                       Opt::Device, Opt::Precision, Opt::Json, Opt::Tta});
+                       Opt::Device, Opt::Precision, Opt::Json, Opt::Tta, Opt::InputSize});
   static bool profile = false;
   static int contention = 0;
   sub->add_option("--contention", contention,
@@ -119,7 +121,9 @@ void add_bench(CLI::App& app, Args& a) {
                 "Time every step of the plan and print the mean of each (onednn; also LIGHTSEG_PROFILE=1)");
   sub->callback([&a]() {
     const int threads = init_runtime(a.threads);
-    auto [h, w] = parse_size(a.size);
+    auto [h, w] = parse_size(a.size);  // with --input-size: the camera frame's size
+    const InputSize input_size = InputSize::parse(a.input_size);
+    const auto [nh, nw] = input_size.resolve(h, w);  // the network's input size
     if (!a.config.empty() && !a.weights.empty()) throw std::invalid_argument("give --config or --weights, not both");
     torch::Device device = a.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     if (device.is_cuda() && !torch::cuda::is_available())
@@ -151,7 +155,7 @@ void add_bench(CLI::App& app, Args& a) {
     const FusedNetwork fused = fuse_network(net, meta);
     double macs_per_image = 0;
     for (double s : eo.scales) {
-      const auto [sh, sw] = tta_size(h, w, s);
+      const auto [sh, sw] = tta_size(nh, nw, s);
       macs_per_image += (eo.flip ? 2.0 : 1.0) * static_cast<double>(fused.count_macs(sh, sw));
     }
 
@@ -163,7 +167,19 @@ void add_bench(CLI::App& app, Args& a) {
     using clock = std::chrono::steady_clock;
     // Warm-up: the first call builds the per-shape plan / picks kernels.
     const int warmup = std::max(3, a.iters / 10);
-    for (int i = 0; i < warmup; ++i) engine->logits(images);
+    // --input-size: end to end as the Predictor does it: the frame resized (bilinear) to the
+    // network's size, the labels, and the labels resized back (nearest) to the frame's size.
+    const int64_t fh = h, fw = w, th = nh, tw = nw;  // (structured bindings are not captured)
+    auto call = [&] {
+      if (input_size.none()) return engine->logits(images);
+      auto x = th == fh && tw == fw ? images : resize_image(images, th, tw);
+      auto l = engine->labels(x).to(torch::kFloat32).unsqueeze(1);
+      if (th != fh || tw != fw)
+        l = torch::nn::functional::interpolate(
+            l, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{fh, fw}).mode(torch::kNearest));
+      return l.to(torch::kUInt8);
+    };
+    for (int i = 0; i < warmup; ++i) call();
     sync();
     std::vector<double> ms;
     ms.reserve(a.iters);
@@ -171,7 +187,7 @@ void add_bench(CLI::App& app, Args& a) {
       BusyProcesses others(contention);
       for (int i = 0; i < a.iters; ++i) {
         auto t0 = clock::now();
-        auto y = engine->logits(images);
+        auto y = call();
         sync();
         ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
       }
@@ -187,6 +203,11 @@ void add_bench(CLI::App& app, Args& a) {
                 engine->backend().c_str(), device.is_cuda() ? "cuda" : "cpu", dev_name.c_str(), threads, a.batch,
                 static_cast<long long>(h), static_cast<long long>(w), a.iters, warmup);
     std::printf("weights: %s, %s\n", source.c_str(), c10::toString(dtype));
+    if (!input_size.none())
+      std::printf("input:   %lldx%lld frames at network input size %lldx%lld (end to end: resize, labels, labels "
+                  "resized back)\n",
+                  static_cast<long long>(h), static_cast<long long>(w), static_cast<long long>(nh),
+                  static_cast<long long>(nw));
     std::printf("threads: %s%s\n", thread_wait_policy().c_str(),
                 contention > 0 ? (", timed with " + std::to_string(contention) + " other busy process" +
                                   (contention == 1 ? "" : "es")).c_str()
@@ -206,6 +227,7 @@ void add_bench(CLI::App& app, Args& a) {
     if (a.json) {
       nlohmann::ordered_json j;
       j["size"] = {h, w};
+      j["input_size"] = {nh, nw};
       j["batch"] = a.batch;
       j["threads"] = threads;
       j["p50_ms"] = round3(p50);

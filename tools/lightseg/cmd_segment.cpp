@@ -413,7 +413,7 @@ int64_t segment_stream(cv::VideoCapture& cap, const std::string& name, const fs:
 void add_segment(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand(
       "segment", "Segment images, folders (recursive .png/.jpg), videos or a camera: label-id PNGs, colour masks, overlays");
-  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Precision, Opt::Threads, Opt::Tta});
+  add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Precision, Opt::Threads, Opt::Tta, Opt::InputSize});
   static SegmentArgs s;
   sub->add_option("inputs", s.inputs, "Image files, folders or video files");
   sub->add_option("--format", s.format,
@@ -446,6 +446,7 @@ void add_segment(CLI::App& app, Args& a) {
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
     po.engine = engine_options(a);
+    po.input_size = InputSize::parse(a.input_size);
     Predictor predictor(po);
     fs::create_directories(out);
 

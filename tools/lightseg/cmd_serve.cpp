@@ -36,7 +36,7 @@ extern "C" void on_stop_signal(int sig) {
 
 void add_serve(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("serve", "HTTP service: POST /v1/segment, GET /v1/model, GET /healthz, and a web page at /");
-  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend, Opt::Precision, Opt::Tta});
+  add_options(sub, a, {Opt::Weights, Opt::Host, Opt::Port, Opt::Threads, Opt::Device, Opt::Backend, Opt::Precision, Opt::Tta, Opt::InputSize});
   struct ServeArgs {
     size_t max_bytes = 16u << 20;
     int64_t max_pixels = 4096 * 1024;
@@ -89,6 +89,7 @@ void add_serve(CLI::App& app, Args& a) {
     PredictorOptions po;
     po.weights = resolve_weights(a.weights);
     po.engine = engine_options(a);
+    po.input_size = InputSize::parse(a.input_size);
     // --scales/--flip: the requests' default augmentation, which each request may change
     // (&scales=, &flip=); the engines themselves run plain passes.
     po.engine.scales = {1.0};
