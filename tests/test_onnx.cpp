@@ -181,8 +181,9 @@ TEST(Cli, BenchPrintsTheJsonContract) {
   auto last = lines.substr(lines.find_last_of('\n') + 1);
   auto j = nlohmann::json::parse(last);
   EXPECT_EQ(last.rfind("{\"size\": [64, 96], \"batch\": 2, \"threads\": 1, \"p50_ms\": ", 0), 0u) << last;
-  for (const char* k : {"p90_ms", "p99_ms", "fps", "backend", "images_per_s", "peak_gmac_s", "peak_fraction"})
+  for (const char* k : {"p90_ms", "p99_ms", "fps", "backend", "images_per_s", "peak_gmac_s", "peak_fraction", "input_size"})
     EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["input_size"], nlohmann::json::parse("[64, 96]"));  // no --input-size: the network runs at the image's size
   EXPECT_GT(j["min_ms"].get<double>(), 0.0);
   EXPECT_LE(j["min_ms"].get<double>(), j["p50_ms"].get<double>());
   EXPECT_LE(j["p50_ms"].get<double>(), j["p90_ms"].get<double>());
