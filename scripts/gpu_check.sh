@@ -21,7 +21,7 @@
 #   BENCH_CONFIGS  PRECISION:HxW:BATCH ... for the bench table (default: fp16 and bf16 at 360x480 and
 #                512x1024, batch 1 and 8); BENCH_ITERS (200)
 #   SKIP         phases to leave out, e.g. "bench train_old" (of: tests labels bench train_new
-#                train_old), to give EXTRA_TRAIN their time
+#                train_graph train_old), to give EXTRA_TRAIN their time
 #   EXTRA_TRAIN  a command (run with bash -c) given the time that is left, last; it sees OUT,
 #                LIGHTSEG_BIN, DATA, DEVICE and SECONDS_LEFT (what it may use)
 set -u
@@ -222,7 +222,7 @@ EOF
 )
   [ -n "$stats" ] || stats='{}'
   say "train $name: $stats"
-  record "train_$name" "$(status_of "$rc")" $((SECONDS - t)) "$(grep -m 3 -E 'data cache|fused|sync_every|error' "$run/train.log" | tr '\n' ' ' | tr -d '"\\')" "$stats"
+  record "train_$name" "$(status_of "$rc")" $((SECONDS - t)) "$(grep -m 4 -E 'data cache|fused|sync_every|cuda graph|error' "$run/train.log" | tr '\n' ' ' | tr -d '"\\')" "$stats"
 }
 if [ -x "$bin" ]; then
   if [ "$dry" = 1 ]; then
@@ -245,6 +245,15 @@ if [ -x "$bin" ]; then
       train_probe new "$secs" --data-cache device --fused-optimizer on --sync-every 20
     else
       record train_new skipped 0 "no time left"
+    fi
+    # the same step captured once as a CUDA graph and replayed (--cuda-graph on; its own process,
+    # so that a failure here costs only this probe)
+    if skipped train_graph; then
+      :
+    elif [ "$(left)" -gt $((secs + 40)) ] && [ "$secs" -ge 10 ]; then
+      train_probe graph "$secs" --data-cache device --fused-optimizer on --sync-every 20 --cuda-graph on
+    else
+      record train_graph skipped 0 "no time left"
     fi
     # today's path, for comparison: loader threads, torch's Adam, a sync per step
     secs_old=$((secs / 2))

@@ -88,6 +88,10 @@ struct TrainOptions {
   // synchronisation in between; needs the fused optimizer, no EMA, one process). 0: auto (20
   // on CUDA, 1 on the CPU).
   int sync_every = 0;
+  // The deferred step (above) captured once as a CUDA graph and replayed (one launch per step):
+  // "on" or "off". Needs the deferred step, a loss other than OHEM; on the CPU the step runs as
+  // it would be captured (fixed input buffers, the learning rate on the device), uncaptured.
+  std::string cuda_graph = "off";
   std::string init_weights;        // start from these weights (fine-tuning)
   NetworkConfig network;
   // distributed: this process's rank and the number of ranks (the collective is passed to train())

@@ -138,7 +138,9 @@ void ForeachAdam::step(const torch::Tensor& ok) {
       if (!decoupled_) {
         at::_foreach_add_(g.grads, g.params, g.weight_decay);
       } else if (conditional) {
-        auto keep = torch::where(ok, torch::full({}, 1 - lr * g.weight_decay, grad_.options()), torch::ones({}, grad_.options()));
+        auto keep = g.lr.defined()
+                        ? torch::where(ok, (1 - g.lr * g.weight_decay).to(torch::kFloat32), torch::ones({}, grad_.options()))
+                        : torch::where(ok, torch::full({}, 1 - lr * g.weight_decay, grad_.options()), torch::ones({}, grad_.options()));
         compat::foreach_mul_(g.params, keep);
       } else {
         at::_foreach_mul_(g.params, 1 - lr * g.weight_decay);
@@ -160,9 +162,21 @@ void ForeachAdam::step(const torch::Tensor& ok) {
     // the update, in the denominator's buffer: (lr/bc1 · m) / (√v/√bc2 + ε), 0 where not ok;
     // rounded as addcdiv's p + (−lr/bc1 · m) / denom, so both forms give the same weights
     auto d = (v_new.sqrt() / bc2_t.sqrt()).add_(g.eps);
-    denom.copy_(m_new.mul(lr / bc1_t).div_(d)).masked_fill_(ok.logical_not(), 0);
+    denom.copy_(m_new.mul(g.lr.defined() ? g.lr / bc1_t : lr / bc1_t).div_(d)).masked_fill_(ok.logical_not(), 0);
     at::_foreach_sub_(g.params, g.denom);
   }
+}
+
+void ForeachAdam::use_device_learning_rates() {
+  for (auto& g : groups_)
+    if (!g.lr.defined()) g.lr = torch::zeros({}, grad_.options().dtype(torch::kDouble));
+  load_learning_rates();
+}
+
+void ForeachAdam::load_learning_rates() {
+  torch::NoGradGuard ng;
+  for (auto& g : groups_)
+    if (g.lr.defined()) g.lr.fill_(learning_rate(g.options, decoupled_));
 }
 
 void ForeachAdam::export_state() {

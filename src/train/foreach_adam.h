@@ -34,6 +34,11 @@ class ForeachAdam {
   void step(const torch::Tensor& ok = {});
   // Writes step, exp_avg and exp_avg_sq into the optimizer's state (before serialising it).
   void export_state();
+  // Conditional steps read each group's learning rate from a 0-dim tensor on the device,
+  // which load_learning_rates() fills from the groups' options (outside the step): a step that
+  // is replayed (a CUDA graph) then follows the schedule. Same values, same rounding.
+  void use_device_learning_rates();
+  void load_learning_rates();
 
  private:
   struct Group {
@@ -41,6 +46,7 @@ class ForeachAdam {
     int64_t begin = 0, size = 0;
     double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
     torch::optim::OptimizerOptions* options = nullptr;
+    torch::Tensor lr;  // 0-dim double on the device (use_device_learning_rates), else undefined
   };
   torch::optim::Optimizer& opt_;
   bool decoupled_;

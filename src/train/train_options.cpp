@@ -64,7 +64,7 @@ json to_json(const TrainOptions& o) {
               {"time_limit_min", o.time_limit_min}, {"device", o.device.str()}, {"val_every", o.val_every}, {"seed", o.seed},
               {"workers", o.workers}, {"prefetch", o.prefetch}, {"channels_last", o.channels_last}, {"amp", o.amp}, {"amp_cpu", o.amp_cpu},
               {"max_iters", o.max_iters}, {"data_cache", o.data_cache}, {"fused_optimizer", o.fused_optimizer},
-              {"sync_every", o.sync_every}, {"sync_bn", o.sync_bn}, {"overlap_allreduce", o.overlap_allreduce},
+              {"sync_every", o.sync_every}, {"cuda_graph", o.cuda_graph}, {"sync_bn", o.sync_bn}, {"overlap_allreduce", o.overlap_allreduce},
               {"bucket_mb", o.bucket_mb}, {"init_weights", o.init_weights}, {"network", to_json(o.network)}};
 }
 
@@ -118,6 +118,7 @@ void apply_json(TrainOptions& o, const json& j) {
       else if (k == "data_cache") o.data_cache = v.get<std::string>();
       else if (k == "fused_optimizer") o.fused_optimizer = v.is_boolean() ? (v.get<bool>() ? "on" : "off") : v.get<std::string>();
       else if (k == "sync_every") o.sync_every = json_number<int>(v, "train." + k);
+      else if (k == "cuda_graph") o.cuda_graph = v.is_boolean() ? (v.get<bool>() ? "on" : "off") : v.get<std::string>();
       else if (k == "sync_bn") o.sync_bn = v.get<bool>();
       else if (k == "overlap_allreduce") o.overlap_allreduce = v.get<bool>();
       else if (k == "bucket_mb") o.bucket_mb = v.get<double>();
@@ -191,6 +192,7 @@ void TrainOptions::validate() const {
   need(fused_optimizer == "auto" || fused_optimizer == "on" || fused_optimizer == "off",
        "train: fused_optimizer must be auto, on or off, got '" + fused_optimizer + "'");
   need(sync_every >= 0, "train: sync_every must be >= 0 (0: auto)");
+  need(cuda_graph == "on" || cuda_graph == "off", "train: cuda_graph must be on or off, got '" + cuda_graph + "'");
   need(device.is_cpu() || device.is_cuda(), "train: device must be cpu or cuda, got '" + device.str() + "'");
   need(world >= 1 && rank >= 0 && rank < world, "train: rank must be in 0..world-1");
   network.validate();

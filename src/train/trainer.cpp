@@ -24,6 +24,7 @@
 #include "train/aux_heads.h"
 #include "train/ema.h"
 #include "train/foreach_adam.h"
+#include "train/graph_step.h"
 #include "train/optimizer.h"
 #include "train/run_folder.h"
 #include "train/schedule.h"
@@ -91,6 +92,7 @@ class Trainer {
   bool cache_on_device_ = false;
   int sync_every_ = 1;                    // steps between reads of the loss (deferred steps)
   bool deferred_ = false;
+  bool graph_step_ = false;               // the deferred step through GraphedStep (cuda_graph)
   std::unique_ptr<GradientSync> grad_sync_;
   bool sync_bn_on_ = false;
   Clock::time_point t_start_;
@@ -261,6 +263,14 @@ void Trainer::choose_step_form() {
     if (why.empty()) deferred_ = true;
     else if (o_.sync_every > 1) say("sync_every " + std::to_string(o_.sync_every) + " needs " + why + ": the loss is read every step");
     if (!deferred_) sync_every_ = 1;
+  }
+  if (o_.cuda_graph == "on") {
+    const std::string why = graph_step_unavailable(o_, deferred_, static_cast<bool>(cb_.after_backward));
+    graph_step_ = why.empty();
+    if (!graph_step_) say("cuda graph: needs " + why + ": the step runs eagerly");
+    else if (!device_.is_cuda() || !cuda_graphs_compiled())
+      say("cuda graph: no CUDA here: the step runs as it would be captured (fixed buffers, the learning rate on the "
+          "device), uncaptured");
   }
 }
 
@@ -459,6 +469,9 @@ TrainResult Trainer::run() {
 
   TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward,
                   fused_.get(), deferred_});
+  std::unique_ptr<GraphedStep> graphed;
+  std::string graph_state;
+  if (graph_step_) graphed = std::make_unique<GraphedStep>(step, *fused_);
   // A resumed run folder's log and curve are the checkpoint's whole history at once: a checkpoint
   // copied into a new folder (as scripts/train_camvid_trainval.sh does) brings its log with it,
   // even when its schedule is already finished and no epoch is left to write them.
@@ -523,7 +536,19 @@ TrainResult Trainer::run() {
       auto x = batch.images.to(device_);
       auto y = batch.labels.to(device_);
       if (o_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
-      StepResult r = step.run(x, y);
+      StepResult r;
+      if (graphed) {
+        graphed->run(x, y);
+        r.loss = std::nan("");
+        if (device_.is_cuda() && graphed->state() != graph_state && graphed->state() != "warming up") {
+          graph_state = graphed->state();
+          say(graph_state == "captured" ? "cuda graph: the step is captured; replaying it"
+              : graphed->failure().empty() ? std::string("cuda graph: this build has no CUDA graphs: the step runs eagerly")
+                                          : "cuda graph: the capture failed (" + graphed->failure() + "): the step runs eagerly");
+        }
+      } else {
+        r = step.run(x, y);
+      }
       if (deferred_) {
         // read with the totals below
       } else if (r.finite) {

@@ -74,6 +74,9 @@ const TrainFlag kTrainFlags[] = {
     {"--fused-optimizer", "fused_optimizer", "Adam/AdamW in a few multi-tensor kernels per step: on, off, auto (on on CUDA)"},
     {"--sync-every", "sync_every",
      "Read the loss and the non-finite-step check every N steps (no host sync between; 0: 20 on CUDA, 1 on the CPU)"},
+    {"--cuda-graph", "cuda_graph",
+     "The training step captured once as a CUDA graph and replayed: on, off (needs the deferred step: fused optimizer, "
+     "--sync-every > 1, no EMA, one process; not OHEM)"},
     {"--sync-bn", "sync_bn", "Synchronise BatchNorm statistics across ranks (SyncBN)", Kind::On},
     {"--verify-sync", "verify_sync", "Check after every step that all ranks hold identical weights", Kind::On},
     {"--no-overlap", "overlap_allreduce", "All-reduce gradients after backward instead of during it", Kind::Off},
