@@ -52,7 +52,7 @@ struct EngineOptions {
   // backend on CPUs with AVX512-BF16/AMX (dense convolutions in bf16 with f32 accumulation,
   // ~2× their f32 speed; labels agree with float32 on ~99.95% of CamVid val pixels).
   torch::ScalarType dtype = torch::kFloat32;
-  bool cuda_graphs = true;  // fused on CUDA at batch 1: capture once per shape, then replay
+  bool cuda_graphs = true;  // fused on CUDA: capture once per input shape (the last 4 kept), then replay
   bool profile = false;     // time every step (onednn; InferenceEngine::profile())
   // Test-time augmentation, off by default (one pass at the input's size: the protocol of the
   // model cards and of the published figures). The softmax probabilities of the input resized

@@ -67,7 +67,7 @@ class FusedEngine : public InferenceEngine {
     c10::InferenceMode guard;
     auto x = images.to(dev_, dtype_).contiguous();
 #if LIGHTSEG_HAVE_TORCH_CUDA
-    if (dev_.is_cuda() && graphs_ && x.size(0) == 1) return replay(x);
+    if (dev_.is_cuda() && graphs_) return replay(x);
 #endif
     return run_fused(f_, x).to(torch::kFloat32);
   }
@@ -76,27 +76,45 @@ class FusedEngine : public InferenceEngine {
 
  private:
 #if LIGHTSEG_HAVE_TORCH_CUDA
-  // Batch 1 on CUDA: capture the whole forward once per input shape, then replay it
-  // (one launch instead of ~150; inputs and outputs live in static buffers).
+  // On CUDA: the whole forward captured once per input shape (batch and size), then replayed
+  // (one launch instead of ~150; inputs and outputs live in fixed buffers). The last
+  // kMaxGraphs shapes keep their graphs (the least recently used one goes first).
+  static constexpr size_t kMaxGraphs = 4;
+  struct Captured {
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    torch::Tensor in, out;
+    uint64_t used = 0;
+  };
   torch::Tensor replay(const torch::Tensor& x) {
-    if (!graph_ || static_in_.sizes() != x.sizes()) {
-      graph_.reset();
-      static_in_ = x.clone();
-      torch::cuda::synchronize();  // the side stream below must see static_in_
-      c10::cuda::CUDAStreamGuard sg(c10::cuda::getStreamFromPool());
-      for (int i = 0; i < 3; ++i) run_fused(f_, static_in_);  // warm-up (cuDNN algorithm choice) off the graph
-      graph_ = std::make_unique<at::cuda::CUDAGraph>();
-      graph_->capture_begin();
-      static_out_ = run_fused(f_, static_in_);
-      graph_->capture_end();
+    Captured* c = nullptr;
+    for (auto& g : graphs_by_shape_)
+      if (g.in.sizes() == x.sizes()) c = &g;
+    if (!c) {
+      if (graphs_by_shape_.size() >= kMaxGraphs)
+        graphs_by_shape_.erase(std::min_element(graphs_by_shape_.begin(), graphs_by_shape_.end(),
+                                                [](const Captured& a, const Captured& b) { return a.used < b.used; }));
+      Captured n;
+      n.in = x.clone();
+      torch::cuda::synchronize();  // the side stream below must see n.in
+      {
+        c10::cuda::CUDAStreamGuard sg(c10::cuda::getStreamFromPool());
+        for (int i = 0; i < 3; ++i) run_fused(f_, n.in);  // warm-up (cuDNN algorithm choice) off the graph
+        n.graph = std::make_unique<at::cuda::CUDAGraph>();
+        n.graph->capture_begin();
+        n.out = run_fused(f_, n.in);
+        n.graph->capture_end();
+      }
       torch::cuda::synchronize();
+      graphs_by_shape_.push_back(std::move(n));
+      c = &graphs_by_shape_.back();
     }
-    static_in_.copy_(x);
-    graph_->replay();
-    return static_out_.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    c->used = ++uses_;
+    c->in.copy_(x);
+    c->graph->replay();
+    return c->out.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
   }
-  std::unique_ptr<at::cuda::CUDAGraph> graph_;
-  torch::Tensor static_in_, static_out_;
+  std::vector<Captured> graphs_by_shape_;
+  uint64_t uses_ = 0;
 #endif
   FusedNetwork f_;
   torch::Device dev_;
