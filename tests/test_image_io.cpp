@@ -473,3 +473,74 @@ TEST(Predictor, PixelLimitHoldsWhereverTheDecoderFindsTheSize) {
   EXPECT_EQ(kind_of(jpg, true), -1);
   EXPECT_EQ(kind_of(png, true), -1);
 }
+
+namespace {
+// `jpeg` with an Exif APP1 segment holding orientation `o` right after SOI, in either byte order.
+std::string with_exif_orientation(const std::string& jpeg, int o, bool big_endian) {
+  std::string tiff = big_endian ? std::string("MM\0\x2a\0\0\0\x08", 8) : std::string("II\x2a\0\x08\0\0\0", 8);
+  auto u16 = [&](uint32_t v) {
+    return big_endian ? std::string{char(v >> 8), char(v & 255)} : std::string{char(v & 255), char(v >> 8)};
+  };
+  tiff += u16(2);                                                   // two entries
+  tiff += u16(0x010F) + u16(2) + std::string("\x04\0\0\0", 4) + "abc" + std::string(1, '\0');  // Make, not ours
+  if (big_endian) tiff.replace(tiff.size() - 8, 4, std::string("\0\0\0\x04", 4));
+  tiff += u16(0x0112) + u16(3) + (big_endian ? std::string("\0\0\0\x01", 4) : std::string("\x01\0\0\0", 4)) + u16(o) + u16(0);
+  tiff += std::string(4, '\0');                                     // no next IFD
+  const std::string app1 = std::string("Exif\0\0", 6) + tiff;
+  const size_t len = app1.size() + 2;
+  return jpeg.substr(0, 2) + "\xFF\xE1" + char(len >> 8) + char(len & 255) + app1 + jpeg.substr(2);
+}
+}  // namespace
+
+TEST(ImageIO, JpegExifOrientationTurnsTheImageAsViewersShowIt) {
+  // 48×64 (h×w), four flat quadrants (JPEG keeps flat blocks nearly exact)
+  auto img = torch::zeros({48, 64, 3}, torch::kUInt8);
+  img.narrow(0, 0, 24).narrow(1, 0, 32).fill_(200);                            // top left: light
+  img.narrow(0, 24, 24).narrow(1, 0, 32).select(2, 0).fill_(250);              // bottom left: red
+  img.narrow(0, 0, 24).narrow(1, 32, 32).select(2, 2).fill_(250);              // top right: blue
+  const std::string plain = encode_jpeg(img, 95);
+  const auto stored = decode_image(plain.data(), plain.size());
+  auto near = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.sizes() == b.sizes() && (a.to(torch::kInt) - b.to(torch::kInt)).abs().max().item<int>() <= 8;
+  };
+  // what each orientation shows, from the stored image
+  std::vector<torch::Tensor> shown = {
+      stored,                                  // 1
+      stored.flip({1}),                        // 2 mirrored
+      stored.flip({0, 1}),                     // 3 half turn
+      stored.flip({0}),                        // 4 flipped
+      stored.transpose(0, 1),                  // 5 transposed
+      stored.flip({0}).transpose(0, 1),        // 6 clockwise
+      stored.flip({0, 1}).transpose(0, 1),     // 7 transverse
+      stored.flip({1}).transpose(0, 1)};       // 8 anticlockwise
+  for (int o = 1; o <= 8; ++o)
+    for (bool be : {true, false}) {
+      const std::string j = with_exif_orientation(plain, o, be);
+      const auto d = decode_image(j.data(), j.size());
+      EXPECT_TRUE(near(d, shown[o - 1])) << "orientation " << o << (be ? " MM" : " II");
+      const auto [w, h] = decode_image_size(j.data(), j.size());
+      EXPECT_EQ(w, d.size(1)) << o;
+      EXPECT_EQ(h, d.size(0)) << o;
+      EXPECT_EQ(check_image(j.data(), j.size()).width, d.size(1)) << o;
+    }
+  // a clockwise turn: the stored bottom-left (red) is shown top left
+  const std::string cw = with_exif_orientation(plain, 6, true);
+  const auto d = decode_image(cw.data(), cw.size());
+  EXPECT_GT(d[2][2][0].item<int>(), 230);
+  EXPECT_LT(d[2][2][2].item<int>(), 30);
+  // malformed Exif (cut short, a bad value, a bad byte order): the image as stored, no error
+  std::string cut = with_exif_orientation(plain, 6, true);
+  cut[13] = 'X';  // byte order "XM"
+  EXPECT_TRUE(near(decode_image(cut.data(), cut.size()), stored));
+  const std::string bad = with_exif_orientation(plain, 9, false);
+  EXPECT_TRUE(near(decode_image(bad.data(), bad.size()), stored));
+  std::string short_ifd = with_exif_orientation(plain, 6, false);
+  short_ifd[4] = 0;
+  short_ifd[5] = 16;  // the APP1 segment ends inside the TIFF header
+  EXPECT_NO_THROW({
+    try {
+      decode_image(short_ifd.data(), short_ifd.size());
+    } catch (const std::runtime_error&) {  // a corrupt stream is an error, not a crash
+    }
+  });
+}

@@ -59,7 +59,9 @@ ImageSize check_image(const void* data, size_t size, const std::string& what = "
 // (baseline or progressive; gray, YCbCr, RGB, CMYK/YCCK). Returns H×W×C uint8 with C = 1 (gray),
 // 3 (RGB) or 4 (RGBA): gray with alpha (an alpha channel or a tRNS colour) becomes RGBA,
 // palettes RGB or, with a tRNS chunk, RGBA; CMYK becomes RGB. `what` names the source in errors.
-// max_pixels > 0: images of more pixels throw ImageTooLarge.
+// max_pixels > 0: images of more pixels throw ImageTooLarge. A JPEG is turned as its EXIF
+// orientation tag says (as browsers and viewers show it); decode_image_size and check_image
+// give that turned size.
 torch::Tensor decode_image(const void* data, size_t size, const std::string& what = "image", int64_t max_pixels = 0);
 torch::Tensor read_image_file(const std::string& path, int64_t max_pixels = 0);
 

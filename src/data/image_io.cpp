@@ -1,5 +1,7 @@
 #include "lightseg/image_io.h"
 
+#include "data/exif_orientation.h"
+
 #include <algorithm>
 #include <csetjmp>
 #include <cstdio>
@@ -198,15 +200,19 @@ torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, static_cast<const unsigned char*>(data), static_cast<unsigned long>(size));
+  jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);  // Exif: the orientation
   jpeg_read_header(&cinfo, TRUE);
+  int orientation = 1;
+  for (jpeg_saved_marker_ptr m = cinfo.marker_list; m; m = m->next)
+    if (m->marker == JPEG_APP0 + 1 && (orientation = exif_orientation(m->data, m->data_length)) != 1) break;
   // The frame's size as libjpeg found it (it skips stray bytes between segments, with a
   // warning). Checked before jpeg_start_decompress, which for a progressive file already
   // allocates coefficient buffers for the whole frame.
   const int64_t iw = cinfo.image_width, ih = cinfo.image_height;
   if (size_only || iw * ih > limit) {
     jpeg_destroy_decompress(&cinfo);
-    if (size_only) {
-      *size_only = {iw, ih};
+    if (size_only) {  // as displayed: a quarter turn swaps the sides
+      *size_only = orientation_transposes(orientation) ? std::pair<int64_t, int64_t>{ih, iw} : std::pair<int64_t, int64_t>{iw, ih};
       return {};
     }
     throw ImageTooLarge(too_large(what, iw, ih, limit));
@@ -242,7 +248,7 @@ torch::Tensor decode_jpeg(const void* data, size_t size, const std::string& what
     auto k = f.select(2, 3).unsqueeze(2);
     out = (f.narrow(2, 0, 3) * k * 255.0).round().clamp(0, 255).to(torch::kUInt8).contiguous();
   }
-  return out;
+  return apply_orientation(out, orientation);
 }
 
 }  // namespace
