@@ -268,6 +268,9 @@ TEST(Weights, OffsetsAndSizesThatWrapAroundAreRefused) {
       {"tensor shape of 2^80 elements",
        [&](nlohmann::json& h) { h["tensors"][0]["shape"] = {int64_t(1) << 40, int64_t(1) << 40}; }, first.c_str()},
       {"negative shape", [&](nlohmann::json& h) { h["tensors"][0]["shape"] = {-1, 4}; }, first.c_str()},
+      // a name twice: which of the two is loaded would depend on the reader
+      {"a tensor twice", [&](nlohmann::json& h) { h["tensors"].push_back(h["tensors"][0]); }, "appears twice"},
+      {"a blob twice", [&](nlohmann::json& h) { h["blobs"].push_back(h["blobs"][0]); }, "appears twice"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

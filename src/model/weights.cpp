@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -120,8 +121,11 @@ WeightsFile parse_weights(const std::string& all, const std::string& path) {
     w.config = network_config_from_json(h.at("config"));
     w.meta = model_meta_from_json(h.at("meta"));
     if (h.contains("extra")) w.extra = h.at("extra").dump();
+    std::set<std::string> names;  // a name twice would be loaded twice, the last one winning
     for (const auto& t : h.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
+      if (!names.insert(name).second)
+        throw std::runtime_error("'" + path + "' is corrupt: tensor '" + name + "' appears twice");
       const auto shape = json_numbers<int64_t>(t.at("shape"), "shape");
       const size_t off = json_number<size_t>(t.at("offset"), "offset"), bytes = json_number<size_t>(t.at("bytes"), "bytes");
       const std::string dt = t.at("dtype").get<std::string>();
@@ -147,6 +151,8 @@ WeightsFile parse_weights(const std::string& all, const std::string& path) {
     if (h.contains("blobs"))
       for (const auto& b : h.at("blobs")) {
         const std::string name = b.at("name").get<std::string>();
+        if (!names.insert("blob:" + name).second)
+          throw std::runtime_error("'" + path + "' is corrupt: blob '" + name + "' appears twice");
         const size_t off = json_number<size_t>(b.at("offset"), "offset"), bytes = json_number<size_t>(b.at("bytes"), "bytes");
         if (!in_data(off, bytes))
           throw std::runtime_error("'" + path + "' is truncated or corrupt at blob '" + name + "'" +
