@@ -270,6 +270,7 @@ TrainResult Trainer::run() {
         best.best_miou = rec.miou;
         best.options = o_;
         set_train_state(w, best);
+        set_training_data(w, trained_on_);
         write_weights(best_path_, w);
       }
       save_checkpoint(last_path_);

@@ -11,6 +11,7 @@
 #include "lightseg/distributed.h"
 #include "lightseg/eval.h"
 #include "lightseg/train.h"
+#include "lightseg/training_data.h"
 #include "lightseg/weights.h"
 #include "data/data_cache.h"
 #include "dist/gradient_sync.h"
@@ -62,6 +63,7 @@ class Trainer {
   const bool lead_;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<SegDataset> train_ds_, val_ds_;
+  TrainingData trained_on_;  // stored with every checkpoint (training_data.h)
   ModelMeta meta_;
   fs::path out_;
   std::string last_path_, best_path_;

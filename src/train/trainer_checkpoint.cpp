@@ -88,6 +88,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   state_.world = o_.world;
   if (ema_) state_.ema_steps = ema_->steps();
   set_train_state(w, state_);
+  set_training_data(w, trained_on_);
   write_weights(path, w);
 }
 

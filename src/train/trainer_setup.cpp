@@ -57,6 +57,9 @@ void Trainer::open_data() {
     } catch (const std::exception&) {  // no grouping for these names: nothing to say
     }
   }
+  trained_on_ = describe_training_data(*train_ds_, o_.dataset, o_.data,
+                                      o_.val_groups.empty() ? o_.train_split : pool_splits(o_.train_split, o_.val_split),
+                                      o_.group_by, o_.val_groups);
   meta_ = train_ds_->meta();
   if (o_.network.num_classes != train_ds_->num_classes()) {
     say("num_classes set to the dataset's " + std::to_string(train_ds_->num_classes()));
