@@ -50,10 +50,26 @@ void Trainer::verify_sync() {
                              std::to_string(d) + " after step " + std::to_string(state_.global_step + 1));
 }
 
+// One line at the start: what is trained on, how long, in what form.
+void Trainer::say_schedule(int64_t iters_per_epoch) const {
+  const bool bf16 = device_.is_cuda() ? o_.amp : o_.amp_cpu;
+  std::string precision = bf16 ? "bf16 autocast" : "fp32";
+  precision += " (" + (o_.precision_origin.empty() ? std::string(device_.is_cuda() ? "the amp option" : "the amp_cpu option")
+                                                   : o_.precision_origin) + ")";
+  const std::string splits = o_.val_groups.empty() ? o_.train_split : pool_splits(o_.train_split, o_.val_split) + " less val groups";
+  say("schedule: " + o_.dataset + " '" + folder_name(o_.data) + "' " + splits + ", " +
+      std::to_string(train_ds_->size()) + " images; " + std::to_string(o_.epochs) + " epochs x " +
+      std::to_string(iters_per_epoch) + " iterations of batch " + std::to_string(o_.batch) +
+      (o_.world > 1 ? " x " + std::to_string(o_.world) + " ranks" : "") + "; crop " + std::to_string(o_.crop_h) + "x" +
+      std::to_string(o_.crop_w) + " (" + crop_.origin + "); " + precision + "; " + describe_lr_schedule(o_) +
+      "; ETA after " + std::to_string(kEtaAfterSteps) + " iterations");
+}
+
 TrainResult Trainer::run() {
   o_.validate();
   check_process_group();
   open_data();
+  choose_crop_from_data();
   lock_run_folder();
   read_checkpoint();
   struct SyncBNGuard {
@@ -91,6 +107,7 @@ TrainResult Trainer::run() {
   const int64_t total_steps = iters_per_epoch * o_.epochs;
   const int64_t warmup = static_cast<int64_t>(std::llround(o_.warmup_epochs * iters_per_epoch));
   auto lr_at = [&](int64_t step) { return poly_lr(o_.lr, step, total_steps, warmup, o_.warmup_start, o_.poly_power); };
+  say_schedule(iters_per_epoch);
 
   TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward,
                   fused_.get(), deferred_});
@@ -101,6 +118,15 @@ TrainResult Trainer::run() {
   t_start_ = Clock::now();
   result_.best_miou = state_.best_miou;
   StepTimeEstimate step_time;  // seconds per iteration, for the ETA
+  // The ETA also counts the epoch ends to come: a validation and a checkpoint (each as last timed).
+  double val_s = 0, end_s = 0;
+  bool val_timed = false;
+  auto eta = [&](int epoch, int64_t iters, int64_t done) {
+    const int64_t steps = (o_.epochs - epoch - 1) * iters_per_epoch + (iters - done);
+    const bool has_val = val_ds_ && o_.val_every > 0;
+    return step_time.seconds_per_step() * static_cast<double>(steps) + end_s * (o_.epochs - epoch) +
+           (has_val ? val_s * static_cast<double>(validations_left(epoch + 1, o_.epochs, o_.val_every)) : 0.0);
+  };
   int skips_in_row = 0;
   double last_loss = 0;  // deferred steps: the mean loss of the last steps read
   TrainState& s = state_;
@@ -208,6 +234,12 @@ TrainResult Trainer::run() {
       s.part_images += static_cast<int64_t>(batch.indices.size());
       const double dt = seconds_since(t_it);
       step_time.add(dt);
+      if (step_time.steps() == kEtaAfterSteps) {
+        const bool val_to_time = val_ds_ && o_.val_every > 0 && !val_timed;
+        say("time: " + std::to_string(step_time.seconds_per_step()).substr(0, 5) + " s per iteration after " +
+            std::to_string(kEtaAfterSteps) + ": about " + format_duration(eta(epoch, iters, s.batch)) + " to go" +
+            (val_to_time ? " (validation not yet timed)" : ""));
+      }
       if (lead_ && cb_.on_iteration) {
         TrainProgress p;
         p.epoch = epoch + 1;
@@ -218,7 +250,7 @@ TrainResult Trainer::run() {
         p.lr = lr;
         const double el = s.part_seconds + seconds_since(t_epoch);
         p.images_per_s = el > 0 ? s.part_images * o_.world / el : 0;
-        p.eta_s = step_time.seconds_per_step() * static_cast<double>((o_.epochs - epoch - 1) * iters_per_epoch + (iters - s.batch));
+        p.eta_s = eta(epoch, iters, s.batch);
         p.data_wait_share = el > 0 ? (s.part_wait + loader.wait_seconds() - wait_before) / el : 0;
         p.allreduce_share = el > 0 && grad_sync_ ? (grad_sync_->seconds() - allreduce_before) / el : 0;
         cb_.on_iteration(p);
@@ -251,10 +283,14 @@ TrainResult Trainer::run() {
     }
     const bool do_val = val_ds_ && o_.val_every > 0 && ((epoch + 1) % o_.val_every == 0 || epoch + 1 == o_.epochs);
     if (lead_ && do_val) {
+      const auto t_val = Clock::now();
       auto r = validate();
       rec.miou = r.miou();
       rec.pixel_acc = r.pixel_accuracy();
+      val_s = seconds_since(t_val);
+      val_timed = true;
     }
+    const auto t_end = Clock::now();
     s.history.push_back(rec);
     s.epoch = epoch + 1;
     s.batch = 0;
@@ -275,6 +311,7 @@ TrainResult Trainer::run() {
       }
       save_checkpoint(last_path_);
       write_log();
+      end_s = seconds_since(t_end);
       if (cb_.on_epoch) cb_.on_epoch(rec);
     }
     result_.epochs_done = epoch + 1;

@@ -19,6 +19,7 @@
 #include "train/ema.h"
 #include "train/foreach_adam.h"
 #include "train/run_folder.h"
+#include "train/train_defaults.h"
 
 namespace lightseg::detail {
 
@@ -30,6 +31,8 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 // Non-finite steps (NaN/inf loss or gradients: a reduced-precision overflow, a bad batch) are
 // skipped, as a loss scaler does; only this many in a row count as divergence.
 constexpr int kMaxSkipsInRow = 5;
+// The run says its time per iteration and its ETA once, after this many iterations.
+constexpr int64_t kEtaAfterSteps = 5;
 
 class Trainer {
  public:
@@ -43,6 +46,8 @@ class Trainer {
   }
   void check_process_group();
   void open_data();
+  void choose_crop_from_data();
+  void say_schedule(int64_t iters_per_epoch) const;
   void cache_data();
   void choose_step_form();
   void lock_run_folder();
@@ -63,6 +68,7 @@ class Trainer {
   const bool lead_;
   torch::Device device_{torch::kCPU};
   std::unique_ptr<SegDataset> train_ds_, val_ds_;
+  CropChoice crop_;  // the run's crop and where it came from
   TrainingData trained_on_;  // stored with every checkpoint (training_data.h)
   ModelMeta meta_;
   fs::path out_;

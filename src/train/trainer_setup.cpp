@@ -67,6 +67,15 @@ void Trainer::open_data() {
   }
 }
 
+// The crop: as set, or from the training images' size (TrainOptions::crop_h); the options then
+// hold the crop chosen, so checkpoints store it and a resumed run keeps it.
+void Trainer::choose_crop_from_data() {
+  crop_ = choose_crop(o_, sample_image_sizes(*train_ds_), train_ds_->size());
+  o_.crop_h = crop_.h;
+  o_.crop_w = crop_.w;
+  if (!crop_.warning.empty()) say(crop_.warning);
+}
+
 // data_cache: the training set decoded once, to the host or the training device.
 void Trainer::cache_data() {
   const std::string mode = o_.data_cache == "auto" ? (device_.is_cuda() ? "device" : "off") : o_.data_cache;
