@@ -38,23 +38,7 @@ using namespace lightseg;
 namespace fs = std::filesystem;
 
 namespace {
-TrainOptions tiny(const fs::path& data, const fs::path& out) {
-  TrainOptions o;
-  o.data = data.string();
-  o.dataset = "list";
-  o.out_dir = out.string();
-  o.batch = 4;
-  o.crop_h = o.crop_w = 64;
-  o.scale_min = 0.75;
-  o.scale_max = 1.25;
-  o.lr = 5e-3;
-  o.warmup_epochs = 0.5;
-  o.workers = 2;
-  o.network.c0 = 16;
-  o.network.c1 = 32;
-  o.network.c2 = 48;
-  return o;
-}
+TrainOptions tiny(const fs::path& data, const fs::path& out) { return fixtures::tiny_train_options(data, out); }
 
 std::vector<torch::Tensor> tensors_of(const std::string& path) {
   std::vector<torch::Tensor> r;

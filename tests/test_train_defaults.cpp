@@ -19,18 +19,14 @@ using namespace lightseg;
 namespace fs = std::filesystem;
 
 namespace {
+// The tiny recipe, one epoch of batch 2, the crop left to the data.
 TrainOptions small(const fs::path& data, const fs::path& out) {
-  TrainOptions o;
-  o.data = data.string();
-  o.dataset = "list";
-  o.out_dir = out.string();
+  TrainOptions o = fixtures::tiny_train_options(data, out);
+  o.crop_h = o.crop_w = 0;
   o.epochs = 1;
   o.batch = 2;
   o.workers = 1;
   o.val_every = 0;
-  o.network.c0 = 16;
-  o.network.c1 = 32;
-  o.network.c2 = 48;
   return o;
 }
 
@@ -95,7 +91,7 @@ TEST(TrainDefaults, ARunTakesItsCropFromTheDataStoresItAndSaysItsSchedule) {
                      "data: smallest image 60x84 of all 4 images"),
             std::string::npos)
       << all;
-  EXPECT_NE(all.find("; fp32 (the amp_cpu option); adam lr 0.001, poly 0.9"), std::string::npos) << all;
+  EXPECT_NE(all.find("; fp32 (the amp_cpu option); adam lr 0.005, poly 0.9 after 0.5 warm-up epochs from 0.1x"), std::string::npos) << all;
   EXPECT_EQ(all.find("warning"), std::string::npos) << all;
   // a crop set larger than every image: trained as set, with a warning naming both sizes
   o.out_dir = (dir / "run2").string();
