@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "lightseg/image_io.h"
+#include "lightseg/train.h"
 #include "test_paths.h"
 
 namespace lightseg::fixtures {
@@ -69,6 +70,25 @@ inline std::filesystem::path make_shapes_dataset(const std::filesystem::path& di
   split("train", n_train, 1000);
   split("val", n_val, 5000);
   return dir;
+}
+
+// Training options for a tiny list dataset: a small network, batch 4, 64x64 crops.
+inline TrainOptions tiny_train_options(const std::filesystem::path& data, const std::filesystem::path& out) {
+  TrainOptions o;
+  o.data = data.string();
+  o.dataset = "list";
+  o.out_dir = out.string();
+  o.batch = 4;
+  o.crop_h = o.crop_w = 64;
+  o.scale_min = 0.75;
+  o.scale_max = 1.25;
+  o.lr = 5e-3;
+  o.warmup_epochs = 0.5;
+  o.workers = 2;
+  o.network.c0 = 16;
+  o.network.c1 = 32;
+  o.network.c2 = 48;
+  return o;
 }
 
 inline std::string camvid_dir() {

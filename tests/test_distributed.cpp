@@ -49,9 +49,11 @@ int wait_for(pid_t pid, double seconds) {
 
 int run(const std::string& cmd, double seconds = 300) { return wait_for(start(cmd), seconds); }
 
+// fp32: the comparisons below are to float summation order (a new run's auto precision would be
+// bf16 on a CPU that computes it natively).
 std::string common_args(const fs::path& data, const fs::path& config) {
   return std::string(LIGHTSEG_CLI) + " train --data " + data.string() + " --dataset list --config " + config.string() +
-         " --crop 64x64 --val-every 0 --seed 3 --optimizer sgd --lr 0.02 --loss ce --workers 1";
+         " --crop 64x64 --val-every 0 --seed 3 --optimizer sgd --lr 0.02 --loss ce --workers 1 --precision fp32";
 }
 
 // Small network, no padding (scale ≥ 1 on 64×64 crops of 64×64 images) so every rank sees the

@@ -38,23 +38,7 @@ using namespace lightseg;
 namespace fs = std::filesystem;
 
 namespace {
-TrainOptions tiny(const fs::path& data, const fs::path& out) {
-  TrainOptions o;
-  o.data = data.string();
-  o.dataset = "list";
-  o.out_dir = out.string();
-  o.batch = 4;
-  o.crop_h = o.crop_w = 64;
-  o.scale_min = 0.75;
-  o.scale_max = 1.25;
-  o.lr = 5e-3;
-  o.warmup_epochs = 0.5;
-  o.workers = 2;
-  o.network.c0 = 16;
-  o.network.c1 = 32;
-  o.network.c2 = 48;
-  return o;
-}
+TrainOptions tiny(const fs::path& data, const fs::path& out) { return fixtures::tiny_train_options(data, out); }
 
 std::vector<torch::Tensor> tensors_of(const std::string& path) {
   std::vector<torch::Tensor> r;
@@ -954,14 +938,15 @@ TEST(TrainCli, PrecisionAutoTakesBf16OnlyWhereTheCpuHasItAndForcedBf16Warns) {
   auto r = train("auto", "auto", nullptr);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(stored_amp_cpu("auto"), cpu_has_native_bf16());
-  // the start-up line names the precision the run got
-  const std::string got = cpu_has_native_bf16() ? "bf16 autocast)" : "fp32)";
+  // the schedule line names the precision the run got, and why
+  const std::string got = cpu_has_native_bf16() ? "; bf16 autocast (--precision auto: this CPU computes bf16 natively"
+                                                : "; fp32 (--precision auto: no native bf16";
   EXPECT_NE((r.out + r.err).find(got), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("warning: bf16"), std::string::npos) << r.err;
   r = train("auto_capped", "auto", "avx512");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(stored_amp_cpu("auto_capped"));
-  EXPECT_NE((r.out + r.err).find("epochs, fp32)"), std::string::npos) << r.err;
+  EXPECT_NE((r.out + r.err).find("; fp32 (--precision auto: no native bf16"), std::string::npos) << r.err;
   r = train("forced", "bf16", "avx512");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(stored_amp_cpu("forced"));

@@ -27,6 +27,9 @@
 
 namespace lightseg {
 
+// The largest crop a run takes from its images when none is set (CamVid's image size).
+constexpr int64_t kDefaultCropH = 360, kDefaultCropW = 480;
+
 struct TrainOptions {
   // data
   std::string data, dataset = "camvid", train_split = "train", val_split = "val";
@@ -41,7 +44,10 @@ struct TrainOptions {
   // schedule
   int epochs = 500;
   int batch = 8;
-  int64_t crop_h = 360, crop_w = 480;
+  // The training crop; 0x0 (the default): from the images, each side the smallest image's (of
+  // up to 32 sampled), at most kDefaultCropH x kDefaultCropW, rounded down to a multiple of 8.
+  // The run stores the crop it chose, so a resumed run keeps it.
+  int64_t crop_h = 0, crop_w = 0;
   std::string optimizer = "adam";  // adam | adamw | sgd
   double lr = 1e-3, weight_decay = 2e-4, momentum = 0.9;
   bool nesterov = false;
@@ -100,6 +106,10 @@ struct TrainOptions {
   bool overlap_allreduce = true;   // start bucket all-reduces from autograd hooks during backward
   double bucket_mb = 1.0;
   bool verify_sync = false;        // after every step, check that all ranks hold identical weights (tests)
+
+  // Where a choice came from, for the schedule line a run prints at start (not stored): e.g.
+  // crop_origin "--crop", "config"; precision_origin "auto: this CPU computes bf16 natively".
+  std::string crop_origin, precision_origin;
 
   // The JSON text of every option (the "train" object of a config; indent < 0: one line).
   std::string to_json_string(int indent = -1) const;

@@ -172,8 +172,9 @@ void TrainOptions::validate() const {
   need(!out_dir.empty(), "train: out_dir (the run folder) is required");
   need(epochs > 0, "train: epochs must be > 0, got " + std::to_string(epochs));
   need(batch > 0, "train: batch must be > 0, got " + std::to_string(batch));
-  need(crop_h >= 32 && crop_w >= 32 && crop_h <= 16384 && crop_w <= 16384,
-       "train: crop must be 32x32 .. 16384x16384, got " + std::to_string(crop_h) + "x" + std::to_string(crop_w));
+  need((crop_h == 0 && crop_w == 0) || (crop_h >= 32 && crop_w >= 32 && crop_h <= 16384 && crop_w <= 16384),
+       "train: crop must be 32x32 .. 16384x16384 (or 0x0: from the images), got " + std::to_string(crop_h) + "x" +
+           std::to_string(crop_w));
   need(optimizer == "adam" || optimizer == "adamw" || optimizer == "sgd", "train: optimizer must be adam, adamw or sgd, got '" + optimizer + "'");
   need(loss == "wce" || loss == "ce" || loss == "ohem", "train: loss must be wce, ce or ohem, got '" + loss + "'");
   need(class_weighting == "enet" || class_weighting == "median",

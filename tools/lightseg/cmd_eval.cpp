@@ -8,6 +8,7 @@
 #include "args.h"
 #include "lightseg/eval.h"
 #include "lightseg/runtime.h"
+#include "lightseg/training_data.h"
 #include "lightseg/weights.h"
 #include "progress.h"
 
@@ -62,6 +63,16 @@ void add_eval(CLI::App& app, Args& a) {
                                       "; its groups (images) are: " + describe_groups(group_counts(groups)));
       if (keep.empty()) throw std::invalid_argument("--groups: no group named");
       data = data.subset(keep);
+    }
+    // Scoring images these weights were trained on is no held-out score: say so (training_data.h).
+    try {
+      std::string source;
+      if (auto trained = training_data_of(wpath, read_weights(wpath), &source)) {
+        const std::string w = trained_on_warning(*trained, data, a.dataset, a.data, a.split);
+        if (!w.empty()) std::fprintf(stderr, "%s (the record of %s)\n", w.c_str(), source.c_str());
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: the weights' training-data record cannot be read (%s): nothing is claimed\n", e.what());
     }
     ProgressLine line;
     EvalOptions eo;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <vector>
@@ -180,8 +181,8 @@ void add_train(CLI::App& app, Args& a) {
   sub->get_option("--out")->required()->description("Run folder (checkpoints, log.jsonl, curve.svg)");
   sub->get_option("--precision")
       ->description("auto, fp32 or bf16 (bf16 autocast). auto: bf16 on CUDA and on CPUs that compute bf16 natively "
-                    "(AVX512-BF16/AMX), else fp32. Unset: the run's stored choice (--resume), else the defaults "
-                    "(CUDA bf16, CPU fp32)");
+                    "(AVX512-BF16/AMX), else fp32. Unset: the run's stored choice (--resume), the config's "
+                    "(amp/amp_cpu), else auto");
   static TrainArgs t;
   const nlohmann::json defaults = nlohmann::json::parse(TrainOptions{}.to_json_string());
   for (size_t i = 0; i < std::size(kTrainFlags); ++i) {
@@ -189,7 +190,8 @@ void add_train(CLI::App& app, Args& a) {
     if (f.kind == Kind::Value) {
       const nlohmann::json& d = defaults.at(f.key);
       std::string shown = d.is_string() ? d.get<std::string>() : d.is_array() && d.empty() ? "" : d.dump();
-      if (std::string(f.key) == "crop") shown = d[0].dump() + "x" + d[1].dump();
+      if (std::string(f.key) == "crop")
+        shown = "from the images, at most " + std::to_string(kDefaultCropH) + "x" + std::to_string(kDefaultCropW);
       const char* type = d.is_number_integer() ? "INT" : d.is_number() ? "FLOAT" : std::string(f.key) == "crop" ? "HxW" : "TEXT";
       t.options[i] = sub->add_option(f.flag, t.values[i], f.help)->default_str(shown)->type_name(type);
     }
@@ -231,10 +233,25 @@ void add_train(CLI::App& app, Args& a) {
     // Precedence: the checkpoint's options (--resume), then --config, then --set, then flags.
     TrainOptions o;
     const std::string last = (std::filesystem::path(a.out) / "last.lsw").string();
+    bool resumed = false;
     if (t.resume && std::filesystem::exists(last))
-      if (auto state = train_state(read_weights(last))) o = state->options;
-    if (!a.config.empty()) o.apply_config_file(a.config);
-    for (const auto& kv : t.overrides) o.set(kv);
+      if (auto state = train_state(read_weights(last))) o = state->options, resumed = true;
+    // Where the crop and the precision come from, for the schedule line (later sources win).
+    std::string crop_from = resumed ? "the run's stored crop" : "", precision_from = resumed ? "the run's stored choice" : "";
+    if (!a.config.empty()) {
+      o.apply_config_file(a.config);
+      std::ifstream cf(a.config);
+      const auto cfg = nlohmann::json::parse(cf, nullptr, false, true);  // applied above: valid
+      const auto* tr = cfg.is_object() && cfg.contains("train") ? &cfg.at("train") : nullptr;
+      if (tr && tr->contains("crop")) crop_from = "config " + a.config;
+      if (tr && (tr->contains("amp") || tr->contains("amp_cpu"))) precision_from = "config " + a.config;
+    }
+    for (const auto& kv : t.overrides) {
+      o.set(kv);
+      const std::string key = kv.substr(kv.rfind("train.", 0) == 0 ? 6 : 0, kv.find('=') - (kv.rfind("train.", 0) == 0 ? 6 : 0));
+      if (key == "crop") crop_from = "--set " + kv;
+      if (key == "amp" || key == "amp_cpu") precision_from = "--set " + kv;
+    }
     const nlohmann::json defaults = nlohmann::json::parse(TrainOptions{}.to_json_string());
     for (size_t i = 0; i < std::size(kTrainFlags); ++i) {
       const TrainFlag& f = kTrainFlags[i];
@@ -246,10 +263,21 @@ void add_train(CLI::App& app, Args& a) {
     o.out_dir = a.out;
     if (sub->count("--dataset") || o.dataset.empty()) o.dataset = a.dataset;
     if (sub->count("--device")) o.device = torch::Device(a.device);
-    if (sub->count("--precision")) {
-      o.amp = a.precision != "fp32";
-      o.amp_cpu = a.precision == "bf16" || (a.precision == "auto" && cpu_has_native_bf16());
+    for (size_t i = 0; i < std::size(kTrainFlags); ++i)
+      if (std::string(kTrainFlags[i].key) == "crop" && t.options[i]->count()) crop_from = "--crop";
+    // A new run without a choice takes auto: bf16 where the device computes it natively.
+    const bool precision_auto = sub->count("--precision") ? a.precision == "auto" : precision_from.empty();
+    if (sub->count("--precision") || precision_auto) {
+      o.amp = a.precision != "fp32" || precision_auto;
+      o.amp_cpu = (a.precision == "bf16" && !precision_auto) || (precision_auto && cpu_has_native_bf16());
+      precision_from = sub->count("--precision") ? "--precision " + a.precision : "auto, the default";
+      if (precision_auto)
+        precision_from += o.device.is_cuda() ? ": CUDA computes bf16"
+                          : cpu_has_native_bf16() ? ": this CPU computes bf16 natively (AVX512-BF16)"
+                                                  : ": no native bf16 on this CPU (AVX512-BF16/AMX), emulated bf16 is slower";
     }
+    o.crop_origin = crop_from;
+    o.precision_origin = precision_from;
     if (!o.device.is_cuda() && o.amp_cpu && !cpu_has_native_bf16())
       std::fprintf(stderr, "warning: bf16 training on a CPU without native bf16 (AVX512-BF16/AMX): it is emulated "
                            "and about 10x slower than fp32 here; --precision auto or fp32 picks fp32\n");
@@ -304,9 +332,7 @@ void add_train(CLI::App& app, Args& a) {
     };
     if (o.rank != 0) cb.on_iteration = nullptr;
     line.print(who + o.dataset + " from " + o.data + " → " + o.out_dir + "  (" + std::to_string(threads) +
-               " threads, batch " + std::to_string(o.batch) + ", crop " + std::to_string(o.crop_h) + "x" +
-               std::to_string(o.crop_w) + ", " + std::to_string(o.epochs) + " epochs, " +
-               ((o.device.is_cuda() ? o.amp : o.amp_cpu) ? "bf16 autocast" : "fp32") + ")");
+               " threads; the schedule follows)");
     auto r = train(o, cb, col);
     line.done();
     if (o.rank != 0) return;
