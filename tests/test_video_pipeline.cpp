@@ -1,6 +1,7 @@
 // segment's video and camera pipeline: the latest-frame buffer, what a capture string is, the
 // output container, the JSONL log, GStreamer pipelines and unreachable stream URLs.
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "../tools/lightseg/latest_frame.h"
 #include "../tools/lightseg/video_source.h"
 #include "cli_run.h"
+#include "core/file_io.h"
 #include "lightseg/features.h"
 #include "predictor_fixtures.h"
 
@@ -301,6 +303,118 @@ TEST(SegmentVideo, AStreamThatNeverAnswersTimesOut) {
   EXPECT_NE(r.err.find("did not answer within 10 s"), std::string::npos) << r.err;
   EXPECT_LT(secs, 40) << "the open timeout should end it after about 10 s";
   EXPECT_GE(secs, 5) << "it did not wait for the host at all?";
+  fs::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without OpenCV: no capture backends in this build";
+#endif
+}
+
+#if LIGHTSEG_HAVE_OPENCV
+namespace {
+
+// A one-file HTTP server on 127.0.0.1 (any free port): every GET gets the whole file, no ranges.
+class FileServer {
+ public:
+  explicit FileServer(std::string body) : body_(std::move(body)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 8) != 0)
+      throw std::runtime_error("FileServer: cannot listen");
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FileServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::string req;
+      char buf[4096];
+      while (req.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        req.append(buf, static_cast<size_t>(n));
+      }
+      const std::string head = "HTTP/1.0 200 OK\r\nContent-Type: video/x-msvideo\r\nContent-Length: " +
+                               std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n";
+      const std::string all = head + body_;
+      for (size_t off = 0; off < all.size();) {
+        const ssize_t n = ::send(c, all.data() + off, all.size() - off, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+      ::close(c);
+    }
+  }
+  std::string body_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+#endif
+
+// A live source end to end: an HTTP URL serving a recorded clip far faster than the network
+// segments it. Latest-frame semantics: frames are dropped and counted, the log's sequence has the
+// gaps, and every frame the source gave is either segmented or counted as dropped.
+TEST(SegmentVideo, ALiveStreamDropsStaleFramesAndLogsThem) {
+  fx::one_thread();
+#if LIGHTSEG_HAVE_OPENCV
+  auto dir = fx::temp_dir("segment_live");
+  const std::string weights = fx::random_weights(dir);
+  const int W = 320, H = 240, N = 60;
+  const fs::path clip = dir / "clip.avi";
+  ASSERT_TRUE(write_video(clip, "MJPG", W, H, N)) << "this OpenCV cannot write MJPG .avi";
+  FileServer server(read_file(clip.string()));
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/clip.avi";
+  const fs::path out = dir / "out", log = dir / "live.jsonl";
+  auto r = fx::run_cli({"segment", url, "--weights", weights, "--out", out.string(), "--format", "ids", "--log",
+                        log.string(), "--json"},
+                       dir);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("segmenting until Ctrl-C"), std::string::npos) << r.err;
+  const auto lines = read_jsonl(log);
+  ASSERT_GE(lines.size(), 2u);
+  const auto& sum = lines.back();
+  ASSERT_EQ(sum["summary"], true);
+  const int64_t k = sum["frames"].get<int64_t>();
+  ASSERT_EQ(static_cast<int64_t>(lines.size()), k + 1);
+  std::printf("live stream: %lld of %d frames segmented, %lld dropped\n", static_cast<long long>(k), N,
+              static_cast<long long>(sum["dropped"].get<int64_t>()));
+  EXPECT_EQ(sum["live"], true);
+  EXPECT_EQ(sum["frames"].get<int64_t>() + sum["dropped"].get<int64_t>(), N)
+      << "every frame the stream gave is segmented or counted as dropped";
+  EXPECT_GT(sum["dropped"].get<int64_t>(), 0) << "a source faster than the network must drop frames";
+  int64_t previous = -1;
+  for (int64_t i = 0; i < k; ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["frame"], i);
+    EXPECT_GT(j["sequence"].get<int64_t>(), previous) << "an older frame after a newer one";
+    previous = j["sequence"].get<int64_t>();
+    EXPECT_EQ(j["dropped"].get<int64_t>(), previous - i);
+    EXPECT_FALSE(j.contains("stream_ms")) << "live frames have no file timestamp";
+  }
+  EXPECT_EQ(previous, N - 1) << "the last frame segmented is the newest";
+  char last[32];
+  std::snprintf(last, sizeof last, "%06lld.png", static_cast<long long>(k - 1));
+  EXPECT_TRUE(fs::exists(out / "stream_ids" / last));
+  auto j = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_EQ(j["frames"], k);
+  EXPECT_EQ(j["dropped"], sum["dropped"]);
   fs::remove_all(dir);
 #else
   GTEST_SKIP() << "built without OpenCV: no capture backends in this build";
