@@ -393,3 +393,22 @@ TEST(SegmentCli, VideoRoundTrip) {
   GTEST_SKIP() << "built without OpenCV: video input is not available in this build";
 #endif
 }
+
+// stderr that is not a terminal (a log file): no line at the start, whose rate and ETA would
+// carry the start-up (a 3 s job once logged "ETA 31s"), and a last line for the last item.
+TEST(SegmentCli, ProgressInALogFile) {
+  fx::one_thread();
+  auto dir = fx::temp_dir("segment_progress");
+  const std::string weights = fx::random_weights(dir);
+  fs::create_directories(dir / "in");
+  for (int i = 0; i < 3; ++i) write_png((dir / "in" / ("p" + std::to_string(i) + ".png")).string(), fx::shapes_sample(40, 48, 70 + i).first);
+  auto r = fx::run_cli({"segment", (dir / "in").string(), "--weights", weights, "--out", (dir / "out").string(),
+                        "--format", "ids"},
+                       dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("segment 3/3 images"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ETA 0s"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("segment 1/3"), std::string::npos) << "a line from the start-up:\n" << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "terminal control characters in a log file";
+  fs::remove_all(dir);
+}

@@ -322,8 +322,32 @@ TEST(Serve, HealthModelAndWebPage) {
   EXPECT_NE(r->body.find("/v1/segment"), std::string::npos);
   // self-contained: nothing is fetched from elsewhere
   EXPECT_EQ(r->body.find("src=\"http"), std::string::npos);
-  EXPECT_EQ(r->body.find("<link"), std::string::npos);
+  // the one <link> is the empty inline icon (no favicon request that ends in a 404)
+  const auto link = r->body.find("<link");
+  ASSERT_NE(link, std::string::npos);
+  EXPECT_EQ(r->body.compare(link, 31, "<link rel=\"icon\" href=\"data:,\">"), 0) << r->body.substr(link, 40);
+  EXPECT_EQ(r->body.find("<link", link + 1), std::string::npos);
   EXPECT_EQ(r->body.find("@import"), std::string::npos);
+  // no image box before the first upload (a broken-image icon each), download links for the results
+  EXPECT_NE(r->body.find("<figure id=\"inputfig\" hidden>"), std::string::npos);
+  EXPECT_NE(r->body.find("<figure id=\"overlayfig\" hidden>"), std::string::npos);
+  EXPECT_NE(r->body.find("<div id=\"downloads\" hidden>"), std::string::npos);
+  EXPECT_NE(r->body.find("id=\"dl-color\""), std::string::npos);
+  EXPECT_NE(r->body.find("id=\"dl-ids\""), std::string::npos);
+  // a failed request clears the previous result (its legend shares, latency, downloads)
+  const auto fail_branch = r->body.find("if (!r.ok) {", r->body.find("async function segment()"));
+  ASSERT_NE(fail_branch, std::string::npos);
+  EXPECT_LT(r->body.find("clearResult();", fail_branch), r->body.find("return;", fail_branch));
+  const auto clear = r->body.find("function clearResult()");
+  ASSERT_NE(clear, std::string::npos);
+  for (const char* part : {"$(\"latency\").textContent = \"\"", "$(\"downloads\").hidden = true", "showLegend(model.classes"})
+    EXPECT_NE(r->body.substr(clear, 700).find(part), std::string::npos) << part;
+
+  r = c.Get("/favicon.ico");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "image/svg+xml");
+  EXPECT_EQ(r->body.rfind("<svg ", 0), 0u) << r->body;
 
   expect_error(c.Get("/nope"), 404, "no such endpoint", "unknown path");
 }

@@ -436,6 +436,15 @@ struct Server::Impl {
       res.set_header("Referrer-Policy", "no-referrer");
       res.set_content(web_page_html(), "text/html; charset=utf-8");
     });
+    // Browsers ask for it whatever the page links (the page links an empty data: icon): a tiny
+    // icon (two label colours) rather than a 404. Not a 204: httplib sends Content-Length with
+    // it, which Chromium refuses.
+    http.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cache-Control", "max-age=86400");
+      res.set_content("<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'><rect width='16' height='16' rx='3' "
+                      "fill='#804080'/><path d='M0 10 16 6V16H0z' fill='#2f6fde'/></svg>",
+                      "image/svg+xml");
+    });
     http.Post("/v1/segment",
               [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
                 try {

@@ -13,6 +13,7 @@ const std::string& web_page_html() {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>lightseg</title>
+<link rel="icon" href="data:,">
 <style>
   :root { --bg: #f6f7f9; --fg: #1d2330; --muted: #687082; --card: #fff; --line: #dde1e8; --accent: #2f6fde; --err: #b3261e; }
   * { box-sizing: border-box; }
@@ -41,6 +42,8 @@ const std::string& web_page_html() {
   #latency { font-variant-numeric: tabular-nums; margin-top: 12px; font-size: 14px; }
   #error { color: var(--err); background: #fcebea; border: 1px solid #f3c4c0; border-radius: 8px; padding: 10px 12px; margin: 12px 0 0; }
   #status { color: var(--muted); }
+  #downloads { display: flex; gap: 14px; flex-wrap: wrap; margin-top: 10px; font-size: 14px; }
+  #downloads a { color: var(--accent); }
   [hidden] { display: none !important; }
 </style>
 </head>
@@ -69,8 +72,13 @@ const std::string& web_page_html() {
     </div>
     <div id="error" role="alert" hidden></div>
     <div id="views">
-      <figure><img id="input" alt="input image"><figcaption id="inputcap">input</figcaption></figure>
-      <figure><img id="overlay" alt="segmentation overlay"><figcaption id="overlaycap">overlay</figcaption></figure>
+      <figure id="inputfig" hidden><img id="input" alt="input image"><figcaption id="inputcap">input</figcaption></figure>
+      <figure id="overlayfig" hidden><img id="overlay" alt="segmentation overlay"><figcaption id="overlaycap">overlay</figcaption></figure>
+    </div>
+    <div id="downloads" hidden>
+      <a id="dl-overlay" href="#" download="overlay.png">Download overlay</a>
+      <a id="dl-color" href="#" data-format="color">Download colour mask</a>
+      <a id="dl-ids" href="#" data-format="ids">Download label ids (8-bit PNG)</a>
     </div>
   </section>
   <aside>
@@ -104,6 +112,50 @@ function showLegend(classes) {
     pct.textContent = c.share === undefined ? "" : c.share > 0 && c.share < 0.0005 ? "<0.1%" : (100 * c.share).toFixed(1) + "%";
     li.append(sw, name, pct);
     ul.append(li);
+  }
+}
+
+// After a failed request nothing of the previous result stays: no overlay, shares, latency or downloads.
+function clearResult() {
+  $("status").textContent = "";
+  $("overlay").removeAttribute("src");
+  $("overlay").dataset.ready = "";
+  $("overlayfig").hidden = true;
+  $("latency").textContent = "";
+  $("downloads").hidden = true;
+  $("dl-overlay").href = "#";
+  if (model) showLegend(model.classes.map((name, id) => ({ id, name, color: model.palette[id] })));
+  else $("legend").textContent = "";
+}
+
+function stem() { return current && current.name ? current.name.replace(/\.[^.]*$/, "") : "image"; }
+
+function query() {
+  return "&scales=" + $("scales").value + "&flip=" + ($("flip").checked ? 1 : 0);
+}
+
+// The colour mask and the label ids: one more request each, on click, saved as NAME_color.png / NAME.png.
+async function download(e) {
+  e.preventDefault();
+  if (!current) return;
+  const fmt = e.currentTarget.dataset.format;
+  try {
+    const r = await fetch("/v1/segment?format=" + fmt + query(), {
+      method: "POST",
+      headers: { "Content-Type": current.type || "application/octet-stream" },
+      body: current,
+    });
+    if (!r.ok) { let j = null; try { j = await r.json(); } catch (x) {} showError((j && j.error) || ("HTTP " + r.status)); return; }
+    const url = URL.createObjectURL(await r.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = stem() + (fmt === "ids" ? ".png" : "_" + fmt + ".png");
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (x) {
+    showError("download failed: " + x);
   }
 }
 
@@ -141,8 +193,7 @@ async function segment() {
   const alpha = $("alpha").value;
   const t0 = performance.now();
   try {
-    const r = await fetch("/v1/segment?format=json&image=overlay&alpha=" + alpha + "&scales=" + $("scales").value +
-                          "&flip=" + ($("flip").checked ? 1 : 0), {
+    const r = await fetch("/v1/segment?format=json&image=overlay&alpha=" + alpha + query(), {
       method: "POST",
       headers: { "Content-Type": current.type || "application/octet-stream" },
       body: current,
@@ -152,15 +203,16 @@ async function segment() {
     try { j = await r.json(); } catch (e) { j = { error: "HTTP " + r.status + " (no JSON body)" }; }
     if (!r.ok) {
       showError(j.error || ("HTTP " + r.status));
-      $("status").textContent = "";
-      $("overlay").removeAttribute("src");
-      $("overlay").dataset.ready = "";
+      clearResult();
       return;
     }
     const img = $("overlay");
-    img.onload = () => { img.dataset.ready = "1"; };
+    img.onload = () => { img.dataset.ready = "1"; $("overlayfig").hidden = false; };
     img.dataset.ready = "";
     img.src = j.image;
+    $("dl-overlay").href = j.image;
+    $("dl-overlay").download = stem() + "_overlay.png";
+    $("downloads").hidden = false;
     $("overlaycap").textContent = "overlay · " + j.width + "×" + j.height;
     showLegend(j.classes);
     const L = j.latency_ms;
@@ -179,7 +231,7 @@ async function segment() {
     $("status").textContent = "done in " + roundTrip.toFixed(0) + " ms";
   } catch (e) {
     showError("request failed: " + e);
-    $("status").textContent = "";
+    clearResult();
   } finally {
     busy = false;
     if (again) { again = false; segment(); }
@@ -191,8 +243,11 @@ function choose(file) {
   current = file;
   const url = URL.createObjectURL(file);
   const inp = $("input");
-  inp.onload = () => { $("inputcap").textContent = "input · " + file.name + " · " + inp.naturalWidth + "×" + inp.naturalHeight; };
-  inp.onerror = () => { $("inputcap").textContent = "input · " + file.name; };
+  inp.onload = () => {
+    $("inputfig").hidden = false;
+    $("inputcap").textContent = "input · " + file.name + " · " + inp.naturalWidth + "×" + inp.naturalHeight;
+  };
+  inp.onerror = () => { $("inputfig").hidden = true; };  // not an image the browser shows: the server's error says why
   inp.src = url;
   segment();
 }
@@ -210,6 +265,8 @@ $("alpha").addEventListener("input", () => { $("alphaval").textContent = Number(
 $("alpha").addEventListener("change", segment);
 $("scales").addEventListener("change", segment);
 $("flip").addEventListener("change", segment);
+$("dl-color").addEventListener("click", download);
+$("dl-ids").addEventListener("click", download);
 loadModel();
 </script>
 </body>

@@ -38,10 +38,11 @@ void write_curve_svg(const std::string& path, const std::vector<EpochRecord>& h,
     s.precision(1);
   }
   s << "<rect x='" << L << "' y='" << T << "' width='" << pw << "' height='" << ph << "' fill='none' stroke='#333'/>\n";
-  for (int i = 0; i <= 5; ++i) {
-    double e = 1 + (max_epoch - 1) * i / 5.0;
-    s << "<text x='" << X(e) << "' y='" << T + ph + 18 << "' text-anchor='middle'>" << std::lround(e) << "</text>\n";
-  }
+  // Whole epochs, evenly spaced: a step of 1, 2, 5, 10, 20, 50, ... giving at most 8 ticks.
+  int step = 1;
+  for (int k = 0; (max_epoch - 1) / step > 7; ++k) step = (k % 3 == 1 ? 5 : 2) * step / (k % 3 == 1 ? 2 : 1);
+  for (int e = 1; e <= max_epoch; e += step)
+    s << "<text x='" << X(e) << "' y='" << T + ph + 18 << "' text-anchor='middle'>" << e << "</text>\n";
   s << "<text x='" << L + pw / 2 << "' y='" << H - 10 << "' text-anchor='middle'>epoch</text>\n";
   s << "<text x='14' y='" << T + ph / 2 << "' fill='#c0392b' transform='rotate(-90 14 " << T + ph / 2
     << ")' text-anchor='middle'>train loss</text>\n";

@@ -56,7 +56,7 @@ void Trainer::read_checkpoint() {
     return;
   }
   if (!o_.resume)
-    throw std::runtime_error("'" + last_path_ + "' exists: continue that run (the resume option) or choose another run folder (out_dir)");
+    throw std::runtime_error("'" + last_path_ + "' exists: continue that run (--resume) or choose another run folder (--out)");
   resumed_ = read_weights(last_path_);
   auto s = train_state(resumed_);
   if (!s) throw std::runtime_error("'" + last_path_ + "' is a weights file without training state");

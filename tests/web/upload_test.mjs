@@ -1,6 +1,8 @@
 // Drives lightseg's web page in headless Debian chromium (playwright-core, no browser download):
-// choose an image → the overlay, legend and latency appear; scales and mirror → the server runs and
-// names that augmentation; a non-image → an error message;
+// before any upload no image box shows (no broken-image icons); choose an image → the overlay,
+// legend, latency and download links appear; the colour mask downloads as NAME_color.png; scales and
+// mirror → the server runs and names that augmentation; a non-image → an error message and
+// nothing of the previous result (overlay, shares, latency, downloads); /favicon.ico is an icon, not a 404;
 // drop an image → the overlay again. Run by tests/test_serve.cpp (WebPage.*) against a test
 // server, or by hand against any running `lightseg serve`:
 //   npm ci --prefix tests/web      # once (playwright-core, pinned in package-lock.json)
@@ -62,6 +64,12 @@ try {
   if (!/classes/.test(modelText)) fail("model line did not load: " + modelText);
   const nClasses = await page.locator("#legend li").count();
   if (nClasses < 2) fail("legend not shown before upload (" + nClasses + " entries)");
+  for (const id of ["#input", "#overlay", "#downloads"])
+    if (await page.isVisible(id)) fail(id + " visible before any upload (a broken-image icon or a dead link)");
+  // from node, not the page: playwright's routing (above) fails every fetch of /favicon.ico
+  const favicon = await fetch(new URL("/favicon.ico", url));
+  if (favicon.status !== 200 || !(favicon.headers.get("content-type") || "").startsWith("image/"))
+    fail("/favicon.ico answered " + favicon.status + " " + favicon.headers.get("content-type"));
 
   // 1. choose a file
   const overlayReady = () => page.waitForSelector('#overlay[data-ready="1"]', { timeout: 60000 });
@@ -80,6 +88,14 @@ try {
   const latency = await page.textContent("#latency");
   if (!/server: \d+(\.\d)? ms/.test(latency) || !/network: /.test(latency)) fail("no latency shown: " + latency);
   if (await page.isVisible("#error")) fail("error box visible after a good upload: " + (await page.textContent("#error")));
+  if (!(await page.isVisible("#input")) || !(await page.isVisible("#overlay"))) fail("input or overlay not shown after an upload");
+  if (!(await page.isVisible("#downloads"))) fail("no download links after an upload");
+  const stem = basename(image).replace(/\.[^.]*$/, "");
+  const overlayLink = await page.getAttribute("#dl-overlay", "href");
+  if (!overlayLink.startsWith("data:image/png;base64,")) fail("overlay download is not the PNG: " + overlayLink.slice(0, 40));
+  if ((await page.getAttribute("#dl-overlay", "download")) !== stem + "_overlay.png") fail("overlay download name");
+  const [dl] = await Promise.all([page.waitForEvent("download", { timeout: 60000 }), page.click("#dl-color")]);
+  if (dl.suggestedFilename() !== stem + "_color.png") fail("colour mask download named " + dl.suggestedFilename());
   // the overlay really is a picture with colour in it (not blank)
   const distinct = await page.evaluate(() => {
     const o = document.getElementById("overlay");
@@ -119,6 +135,11 @@ try {
     const err = await page.textContent("#error");
     if (!/not an image|unsupported|corrupt|empty/.test(err)) fail("unexpected error text: " + err);
     console.log("error shown for a non-image: " + err);
+    if ((await page.textContent("#latency")) !== "") fail("the previous latency stays after a failed upload");
+    const left = await page.$$eval("#legend li .pct", (els) => els.filter((e) => e.textContent !== "").length);
+    if (left) fail("the previous legend shares stay after a failed upload (" + left + " entries)");
+    if (await page.isVisible("#overlay")) fail("the previous overlay stays after a failed upload");
+    if (await page.isVisible("#downloads")) fail("download links stay after a failed upload");
   }
 
   // 4. drop the image onto the drop zone

@@ -16,6 +16,7 @@
 #include "lightseg/runtime.h"
 #include "lightseg/weights.h"
 #include "infer/onednn_engine.h"
+#include "video_pipeline.h"
 #if LIGHTSEG_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -127,6 +128,7 @@ void add_info(CLI::App& app, Args& a) {
     std::printf("CPU inference backends (fastest first): %s; --precision bf16: %s\n", backends.c_str(),
                 cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)");
     if (onednn_available()) std::printf("onednn: %s\n", onednn_plan_description().c_str());
+    std::printf("video and cameras: %s\n", video_support().c_str());
     std::string dist;
     for (const auto& b : dev["distributed_backends"]) dist += (dist.empty() ? "" : ", ") + b.get<std::string>();
     std::printf("LibTorch %s (%s); distributed backends: %s\n", TORCH_VERSION,

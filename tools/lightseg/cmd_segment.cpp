@@ -11,6 +11,7 @@
 #include <future>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -24,12 +25,7 @@
 #include "lightseg/predictor.h"
 #include "lightseg/runtime.h"
 #include "progress.h"
-
-#if LIGHTSEG_HAVE_OPENCV
-#include <opencv2/core.hpp>
-#include <opencv2/imgproc.hpp>
-#include <opencv2/videoio.hpp>
-#endif
+#include "video_pipeline.h"
 
 namespace fs = std::filesystem;
 
@@ -41,13 +37,10 @@ struct SegmentArgs {
   std::vector<std::string> inputs;
   std::string format = "all";
   double alpha = 0.5;
-  int camera = -1;
+  std::string camera;  // any OpenCV capture string: N, /dev/videoN, a file, a URL, a GStreamer pipeline
+  std::string log;     // --log FILE.jsonl
   int64_t max_frames = 0;
   bool allow_partial = false;
-};
-
-struct Outputs {
-  bool ids = false, color = false, overlay = false;
 };
 
 struct Job {
@@ -56,8 +49,15 @@ struct Job {
   bool video = false;
 };
 
-// First Ctrl-C: finish the current image/frame, write what is done, print the summary.
-std::atomic<bool> g_interrupted{false};
+// A video file as a capture source (its outputs keep the job's stem: folder/name).
+CaptureSource file_source(const Job& j) {
+  CaptureSource c = classify_source(j.input.string(), /*exists_as_file=*/true);
+  c.kind = SourceKind::File;
+  c.name = j.input.string();
+  c.stem = j.stem;
+  return c;
+}
+
 extern "C" void on_interrupt(int) {
   g_interrupted = true;
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process
@@ -140,30 +140,30 @@ bool is_frame_name(const std::string& f) {
 // Every path the run writes is checked, before anything is written, against every input
 // (no output may replace one) and every other output (two inputs must not write the same
 // file: an error rather than a renamed output, so that NAME → NAME.png etc. always holds).
-void check_outputs(const std::vector<Job>& jobs, int camera, const fs::path& out, const Outputs& o) {
+void check_outputs(const std::vector<Job>& jobs, const CaptureSource* live, const fs::path& out, const Outputs& o) {
   struct Target {
     fs::path path;
     std::string from;     // the input it comes from
-    size_t job;           // jobs.size(): the camera
+    size_t job;           // jobs.size(): the live source
     bool folder = false;  // video label ids: frame files inside
   };
   std::vector<Target> targets;
-  auto add_video = [&](const fs::path& base, const std::string& from, size_t job) {
+  auto add_video = [&](const fs::path& base, const std::string& from, size_t job, const std::string& ext) {
     if (o.ids) targets.push_back({base.string() + "_ids", from, job, true});
-    if (o.color) targets.push_back({base.string() + "_color.avi", from, job});
-    if (o.overlay) targets.push_back({base.string() + "_overlay.avi", from, job});
+    if (o.color) targets.push_back({base.string() + "_color" + ext, from, job});
+    if (o.overlay) targets.push_back({base.string() + "_overlay" + ext, from, job});
   };
   for (size_t i = 0; i < jobs.size(); ++i) {
     const fs::path base = out / jobs[i].stem;
     if (jobs[i].video) {
-      add_video(base, jobs[i].input.string(), i);
+      add_video(base, jobs[i].input.string(), i, output_container(file_source(jobs[i])).ext);
       continue;
     }
     if (o.ids) targets.push_back({base.string() + ".png", jobs[i].input.string(), i});
     if (o.color) targets.push_back({base.string() + "_color.png", jobs[i].input.string(), i});
     if (o.overlay) targets.push_back({base.string() + "_overlay.png", jobs[i].input.string(), i});
   }
-  if (camera >= 0) add_video(out / ("camera" + std::to_string(camera)), "camera " + std::to_string(camera), jobs.size());
+  if (live) add_video(out / live->stem, live->name, jobs.size(), output_container(*live).ext);
 
   // Against the inputs, by identity: only a target that exists can be one.
   std::map<FileId, size_t> input_ids;
@@ -244,27 +244,6 @@ Written write_image_outputs(const fs::path& base, const Outputs& o, const torch:
   return w;
 }
 
-// Each input ends up in exactly one of images, videos and failed (the summary counts inputs).
-struct Totals {
-  int64_t images = 0, videos = 0, frames = 0, failed = 0, files = 0, pixels = 0;
-  double network_s = 0;
-};
-
-std::string rate_line(const std::string& what, int64_t done, int64_t total, double seconds) {
-  char b[256];
-  const double rate = done / std::max(seconds, 1e-9);
-  if (total > 0)
-    std::snprintf(b, sizeof b, "segment %lld/%lld %s · %.1f %s/s · ETA %s", static_cast<long long>(done),
-                  static_cast<long long>(total), what.c_str(), rate, what.c_str(),
-                  fmt_duration((total - done) / std::max(rate, 1e-9)).c_str());
-  else
-    std::snprintf(b, sizeof b, "segment %lld %s · %.1f %s/s", static_cast<long long>(done), what.c_str(), rate, what.c_str());
-  return b;
-}
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 // Images: decoding of the next image and writing of the previous one overlap the forward pass.
 void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Outputs& o, const Predictor& p,
                     double alpha, ProgressLine& line, Totals& t) {
@@ -286,6 +265,7 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
     return d;
   };
   const auto t0 = Clock::now();
+  double first_s = 0;
   std::future<Decoded> next = std::async(std::launch::async, decode, 0);
   // An image counts as segmented once its files are written; a write failure fails it instead.
   std::future<Written> writing;
@@ -317,130 +297,91 @@ void segment_images(const std::vector<Job>& jobs, const fs::path& out, const Out
     writing = std::async(std::launch::async, write_image_outputs, out / jobs[i].stem, o, d.image, pr.labels,
                          std::cref(p.meta()), alpha);
     writing_pixels = d.image.size(0) * d.image.size(1);
-    line.update(rate_line("images", static_cast<int64_t>(i) + 1, static_cast<int64_t>(jobs.size()), seconds_since(t0)));
+    if (i == 0) first_s = seconds_since(t0);
+    line.update(rate_line("images", static_cast<int64_t>(i) + 1, static_cast<int64_t>(jobs.size()), seconds_since(t0), first_s),
+                /*force=*/i + 1 == jobs.size());
   }
   finish_write();
   if (next.valid()) next.wait();
 }
 
-#if LIGHTSEG_HAVE_OPENCV
-// A video file or a camera: an overlaid (and/or colour) MJPG .avi at the source's frame rate,
-// label-id PNGs per frame in <stem>_ids/.
-// The files a video or camera writes (segment_stream), removed when it fails.
-void remove_stream_outputs(const fs::path& base, const Outputs& o) {
-  std::error_code ec;
-  if (o.ids) fs::remove_all(base.string() + "_ids", ec);
-  if (o.color) fs::remove(base.string() + "_color.avi", ec);
-  if (o.overlay) fs::remove(base.string() + "_overlay.avi", ec);
-}
-
-// Returns the frames written; throws when none could be read, or (unless allow_partial) when
-// fewer than the container announces were (a damaged or truncated file).
-int64_t segment_stream(cv::VideoCapture& cap, const std::string& name, const fs::path& base, const Outputs& o,
-                    const Predictor& p, double alpha, int64_t max_frames, bool allow_partial, ProgressLine& line, Totals& t) {
-  double fps = cap.get(cv::CAP_PROP_FPS);
-  if (!(fps >= 1 && fps <= 240)) fps = 25;
-  int64_t total = static_cast<int64_t>(cap.get(cv::CAP_PROP_FRAME_COUNT));
-  if (total <= 0) total = 0;
-  const int64_t announced = total;
-  if (max_frames > 0 && (total == 0 || max_frames < total)) total = max_frames;
-  fs::create_directories(base.parent_path());
-  const fs::path ids_dir = base.string() + "_ids";
-  if (o.ids) fs::create_directories(ids_dir);
-  cv::VideoWriter w_overlay, w_color;
-  auto open_writer = [&](cv::VideoWriter& w, const std::string& suffix, cv::Size size) {
-    const std::string path = base.string() + suffix;
-    if (!w.open(path, cv::VideoWriter::fourcc('M', 'J', 'P', 'G'), fps, size))
-      throw std::runtime_error("cannot write video '" + path + "'");
-    ++t.files;
-  };
-  cv::Mat frame, rgb, bgr;
-  const auto t0 = Clock::now();
-  int64_t n = 0;
-  while (!g_interrupted && (max_frames <= 0 || n < max_frames) && cap.read(frame) && !frame.empty()) {
-    if (frame.channels() == 1) cv::cvtColor(frame, rgb, cv::COLOR_GRAY2RGB);
-    else if (frame.channels() == 4) cv::cvtColor(frame, rgb, cv::COLOR_BGRA2RGB);
-    else cv::cvtColor(frame, rgb, cv::COLOR_BGR2RGB);
-    auto image = torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8);
-    const auto tn = Clock::now();
-    Prediction pr = p.predict(image);
-    const double ms = seconds_since(tn) * 1000;
-    t.network_s += ms / 1000;
-    const cv::Size size(rgb.cols, rgb.rows);
-    if (o.ids) {
-      char fname[32];
-      std::snprintf(fname, sizeof fname, "%06lld.png", static_cast<long long>(n));
-      write_bytes(ids_dir / fname, encode_png(pr.labels));
-      ++t.files;
-    }
-    if (o.overlay) {
-      auto ov = overlay(image, pr.labels, p.meta().palette, alpha);
-      cv::cvtColor(cv::Mat(size, CV_8UC3, ov.data_ptr<uint8_t>()), bgr, cv::COLOR_RGB2BGR);
-      char stamp[48];
-      std::snprintf(stamp, sizeof stamp, "%.0f ms", ms);
-      const double scale = std::max(0.4, rgb.rows / 720.0);
-      cv::putText(bgr, stamp, {8, static_cast<int>(8 + 22 * scale)}, cv::FONT_HERSHEY_SIMPLEX, scale, {0, 0, 0}, 3, cv::LINE_AA);
-      cv::putText(bgr, stamp, {8, static_cast<int>(8 + 22 * scale)}, cv::FONT_HERSHEY_SIMPLEX, scale, {255, 255, 255}, 1, cv::LINE_AA);
-      if (!w_overlay.isOpened()) open_writer(w_overlay, "_overlay.avi", size);
-      w_overlay.write(bgr);
-    }
-    if (o.color) {
-      auto col = colorize(pr.labels, p.meta().palette);
-      cv::cvtColor(cv::Mat(size, CV_8UC3, col.data_ptr<uint8_t>()), bgr, cv::COLOR_RGB2BGR);
-      if (!w_color.isOpened()) open_writer(w_color, "_color.avi", size);
-      w_color.write(bgr);
-    }
-    ++n;
-    t.pixels += static_cast<int64_t>(rgb.rows) * rgb.cols;
-    line.update(name + ": " + rate_line("frames", n, total, seconds_since(t0)));
-  }
-  if (n == 0) throw std::runtime_error(name + ": no frames could be read");
-  const int64_t expected = max_frames > 0 && announced > 0 ? std::min(max_frames, announced) : announced;
-  if (!g_interrupted && expected > 0 && n < expected) {
-    const std::string what = name + ": only " + std::to_string(n) + " of " + std::to_string(expected) +
-                             " frames could be read (a damaged or truncated file?)";
-    if (!allow_partial) throw std::runtime_error(what + "; --allow-partial keeps what was read");
-    line.print("warning: " + what + "; kept (--allow-partial)");
-  }
-  t.frames += n;
-  line.print(name + ": " + std::to_string(n) + " frames → " + base.string() + "*");
-  return n;
-}
-#endif
-
 }  // namespace
 
 void add_segment(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand(
-      "segment", "Segment images, folders (recursive .png/.jpg), videos or a camera: label-id PNGs, colour masks, overlays");
+      "segment", "Segment images, folders (recursive .png/.jpg), videos, a camera or a stream: label-id PNGs, colour masks, overlays");
   add_options(sub, a, {Opt::Weights, Opt::Out, Opt::Json, Opt::Device, Opt::Backend, Opt::Precision, Opt::Threads, Opt::Tta, Opt::InputSize});
   static SegmentArgs s;
-  sub->add_option("inputs", s.inputs, "Image files, folders or video files");
+  sub->add_option("inputs", s.inputs,
+                  "Image files, folders, video files, or one live source: a stream URL (rtsp://, http://, ...) or a "
+                  "GStreamer pipeline (text with '!', ending in appsink)");
   sub->add_option("--format", s.format,
                   "What to write per image: ids (8-bit label-id PNG, NAME.png), color (NAME_color.png), "
-                  "overlay (NAME_overlay.png) or all; videos: NAME_ids/ frames, NAME_color.avi, NAME_overlay.avi")
+                  "overlay (NAME_overlay.png) or all; videos: NAME_ids/ frames, NAME_color.EXT, NAME_overlay.EXT in the "
+                  "input's container where OpenCV can write it (.mp4/.m4v/.mov/.mkv: mp4v), otherwise and for cameras "
+                  "and streams MJPG .avi (a note says when it falls back)")
       ->check(CLI::IsMember({"ids", "color", "overlay", "all"}))
       ->capture_default_str();
   sub->add_option("--alpha", s.alpha, "Opacity of the colour mask in overlays")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  sub->add_option("--camera", s.camera, "Also read camera N (OpenCV) until Ctrl-C or --max-frames")->check(CLI::NonNegativeNumber);
+  sub->add_option("--camera", s.camera,
+                  "Also read a live source until Ctrl-C or --max-frames: any OpenCV capture string, a camera index N, "
+                  "/dev/videoN, a stream URL (rtsp://..., http://...; gives up after 10 s without an answer) or a "
+                  "GStreamer pipeline ('... ! appsink'; refused when OpenCV lacks GStreamer); a file is read as a video. "
+                  "Live sources keep only the newest frame: stale frames are dropped and counted");
+  sub->add_option("--log", s.log,
+                  "Videos, cameras, streams: write a JSONL log, one line per frame (source, frame, sequence, capture_time "
+                  "in Unix seconds, latency_ms from capture to outputs written, inference_ms, dropped so far) and a "
+                  "summary line per source (frames, dropped, fps, latency mean/p50/p99/max)");
   sub->add_option("--max-frames", s.max_frames, "Stop each video or camera after N frames (0: no limit)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--allow-partial", s.allow_partial,
                 "Keep a video of which fewer frames could be read than it announces (damaged or truncated), "
                 "with a warning; otherwise it fails and its outputs are removed");
   sub->callback([&a]() {
-    if (s.inputs.empty() && s.camera < 0)
-      throw std::runtime_error("nothing to segment: give image files, folders, video files or --camera N");
+    // The live source: --camera, or one input that is a URL or a pipeline (not a file that exists).
+    std::vector<std::string> inputs;
+    std::optional<CaptureSource> live;
+    auto set_live = [&](const CaptureSource& c) {
+      if (live)
+        throw std::runtime_error("one live source per run: " + live->name + " and " + c.name +
+                                 " (run segment once for each)");
+      live = c;
+    };
+    std::error_code ec;
+    for (const auto& in : s.inputs) {
+      if (looks_live(in) && !fs::exists(in, ec)) set_live(classify_source(in, false));
+      else inputs.push_back(in);
+    }
+    if (!s.camera.empty()) {
+      const CaptureSource c = classify_source(s.camera, fs::is_regular_file(s.camera, ec));
+      if (c.kind == SourceKind::File) {
+        if (!fs::exists(s.camera, ec))
+          throw std::runtime_error("--camera '" + s.camera +
+                                   "' is not a camera index, a /dev/ device, a URL (scheme://...), a GStreamer pipeline "
+                                   "(with '!') or a file that exists");
+        inputs.push_back(s.camera);  // a file: a video, read frame by frame
+      } else {
+        set_live(c);
+      }
+    }
+    if (inputs.empty() && !live)
+      throw std::runtime_error("nothing to segment: give image files, folders, video files, a stream URL or --camera SRC");
 #if !LIGHTSEG_HAVE_OPENCV
-    if (s.camera >= 0) throw std::runtime_error("--camera: this build has no camera support (OpenCV was not found)");
+    if (live) throw std::runtime_error(live->name + ": this build has no camera or stream support (OpenCV was not found)");
 #endif
     Outputs o;
     o.ids = s.format == "ids" || s.format == "all";
     o.color = s.format == "color" || s.format == "all";
     o.overlay = s.format == "overlay" || s.format == "all";
     const fs::path out = a.out.empty() ? fs::path("out") : fs::path(a.out);
-    const auto jobs = collect_jobs(s.inputs, out);  // validates every input before any work
-    check_outputs(jobs, s.camera, out, o);
+    const auto jobs = collect_jobs(inputs, out);  // validates every input before any work
+    check_outputs(jobs, live ? &*live : nullptr, out, o);
+    std::ofstream log;
+    if (!s.log.empty()) {
+      if (fs::path(s.log).has_parent_path()) fs::create_directories(fs::path(s.log).parent_path());
+      log.open(s.log, std::ios::trunc);
+      if (!log) throw std::runtime_error("--log: cannot write '" + s.log + "'");
+    }
 
     init_runtime(a.threads);
     PredictorOptions po;
@@ -459,48 +400,51 @@ void add_segment(CLI::App& app, Args& a) {
     for (const auto& j : jobs)
       if (!j.video) images.push_back(j);
     segment_images(images, out, o, predictor, s.alpha, line, t);
-#if LIGHTSEG_HAVE_OPENCV
+    StreamSettings ss;
+    ss.outputs = o;
+    ss.alpha = s.alpha;
+    ss.max_frames = s.max_frames;
+    ss.allow_partial = s.allow_partial;
+    ss.log = log.is_open() ? &log : nullptr;
     for (const auto& j : jobs) {
       if (!j.video || g_interrupted) continue;
-      cv::VideoCapture cap(j.input.string());
-      if (!cap.isOpened()) {
-        line.print("skipped: '" + j.input.string() + "': cannot open the video");
-        ++t.failed;
-        continue;
-      }
       const int64_t files_before = t.files;
+      const CaptureSource src = file_source(j);
       try {
-        segment_stream(cap, j.input.string(), out / j.stem, o, predictor, s.alpha, s.max_frames, s.allow_partial,
-                       line, t);
+        segment_source(src, out / j.stem, ss, predictor, line, t);
         ++t.videos;
       } catch (const std::exception& e) {
         line.print(std::string("skipped: ") + e.what());
-        remove_stream_outputs(out / j.stem, o);  // a failed input leaves no files
+        remove_stream_outputs(out / j.stem, o, src);  // a failed input leaves no files
         t.files = files_before;
         ++t.failed;
       }
     }
-    if (s.camera >= 0 && !g_interrupted) {
-      cv::VideoCapture cap(s.camera);
-      if (!cap.isOpened()) throw std::runtime_error("cannot open camera " + std::to_string(s.camera));
-      line.print("camera " + std::to_string(s.camera) + ": segmenting until Ctrl-C" +
-                 (s.max_frames > 0 ? " or " + std::to_string(s.max_frames) + " frames" : std::string()));
-      segment_stream(cap, "camera " + std::to_string(s.camera), out / ("camera" + std::to_string(s.camera)), o,
-                     predictor, s.alpha, s.max_frames, /*allow_partial=*/true, line, t);
+    if (live && !g_interrupted) {
+      StreamSettings ls = ss;
+      ls.allow_partial = true;
+      const int64_t files_before = t.files;
+      try {
+        segment_source(*live, out / live->stem, ls, predictor, line, t);
+      } catch (...) {
+        remove_stream_outputs(out / live->stem, o, *live);
+        t.files = files_before;
+        throw;  // the only source that failed to open: an error, not a summary
+      }
     }
-#endif
     std::signal(SIGINT, previous);
     line.done();
     const double secs = seconds_since(t0);
     const int64_t n = t.images + t.frames;
     std::printf("segmented %lld images", static_cast<long long>(t.images));
     if (t.frames) std::printf(" and %lld video frames", static_cast<long long>(t.frames));
+    if (t.dropped) std::printf(" (%lld stale frames dropped)", static_cast<long long>(t.dropped));
     std::printf(" (%.1f Mpx) in %.2f s: %.2f images/s (network %.2f s); %lld files in %s\n", t.pixels / 1e6, secs,
                 n / std::max(secs, 1e-9), t.network_s, static_cast<long long>(t.files), out.string().c_str());
     if (g_interrupted) std::printf("interrupted: stopped early\n");
     if (a.json) {
-      nlohmann::json j{{"images", t.images}, {"frames", t.frames}, {"failed", t.failed}, {"files", t.files},
-                       {"pixels", t.pixels}, {"seconds", secs}, {"network_seconds", t.network_s},
+      nlohmann::json j{{"images", t.images}, {"frames", t.frames}, {"dropped", t.dropped}, {"failed", t.failed},
+                       {"files", t.files}, {"pixels", t.pixels}, {"seconds", secs}, {"network_seconds", t.network_s},
                        {"images_per_second", n / std::max(secs, 1e-9)}, {"out", out.string()},
                        {"weights", po.weights}, {"backend", predictor.backend()}, {"interrupted", g_interrupted.load()}};
       std::cout << j.dump() << std::endl;

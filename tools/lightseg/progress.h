@@ -1,4 +1,6 @@
-// Progress lines on stderr: rewritten in place on a terminal, one line every few seconds otherwise.
+// Progress lines on stderr: rewritten in place on a terminal; otherwise (a log file, a pipe) one
+// line every kLogEvery seconds and the lines the caller forces (the last item), none at the very
+// start, where a rate and its ETA would still carry the start-up.
 #pragma once
 
 #include <unistd.h>
@@ -21,7 +23,8 @@ inline std::string fmt_duration(double s) {
 
 class ProgressLine {
  public:
-  ProgressLine() : tty_(::isatty(2)) {}
+  static constexpr int kLogEvery = 5;  // seconds
+  ProgressLine() : tty_(::isatty(2)), last_(std::chrono::steady_clock::now()) {}
   // force: print even if the last line was recent
   void update(const std::string& line, bool force = false) {
     auto now = std::chrono::steady_clock::now();
@@ -31,7 +34,7 @@ class ProgressLine {
       open_ = true;
       return;
     }
-    if (force || now - last_ > std::chrono::seconds(10)) {
+    if (force || now - last_ > std::chrono::seconds(kLogEvery)) {
       std::fprintf(stderr, "%s\n", line.c_str());
       last_ = now;
     }
@@ -50,7 +53,7 @@ class ProgressLine {
 
  private:
   bool tty_, open_ = false;
-  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point last_;
 };
 
 }  // namespace lightseg::cli
