@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   ca-certificates                   # https for npm (tests/web)
   libtorch-dev                      # LibTorch 1.13 (CPU): tensors, autograd, training, inference
-  libgloo-dev                       # headers of LibTorch's c10d Gloo backend (src/dist: data-parallel training)
+  libgloo-dev                       # headers of LibTorch's c10d Gloo backend (src/distributed: data-parallel training)
   libdnnl-dev                       # oneDNN (the library LibTorch runs on): the fast CPU inference backend
   libpng-dev libjpeg62-turbo-dev    # image codecs of the core library
   nlohmann-json3-dev                # configuration and weights headers (header-only)

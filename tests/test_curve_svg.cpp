@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/file_io.h"
-#include "lightseg/train.h"
+#include "lightseg/file_io.h"
+#include "train/curve.h"
 #include "synthetic.h"
 
 using namespace lightseg;

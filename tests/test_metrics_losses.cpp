@@ -5,6 +5,7 @@
 
 #include "train/fused_cross_entropy.h"
 #include "train/losses.h"
+#include "train/schedule.h"
 #include "train/step_time.h"
 #include "lightseg/metrics.h"
 #include "lightseg/train.h"

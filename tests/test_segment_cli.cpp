@@ -11,7 +11,7 @@
 #include "lightseg/palette.h"
 #include "lightseg/predictor.h"
 #include "predictor_fixtures.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 #if LIGHTSEG_HAVE_OPENCV
 #include <opencv2/core.hpp>

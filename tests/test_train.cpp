@@ -32,7 +32,7 @@
 #include "synthetic.h"
 #include "train/archive_bytes.h"
 #include "train/aux_heads.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 using namespace lightseg;
 namespace fs = std::filesystem;

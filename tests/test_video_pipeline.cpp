@@ -16,7 +16,7 @@
 #include "../tools/lightseg/latest_frame.h"
 #include "../tools/lightseg/video_source.h"
 #include "cli_run.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "lightseg/features.h"
 #include "predictor_fixtures.h"
 

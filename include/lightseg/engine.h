@@ -77,8 +77,15 @@ double measure_peak_macs(torch::Device device = torch::kCPU, torch::ScalarType d
 std::vector<std::string> available_backends(torch::Device device = torch::kCPU);
 // Whether EngineOptions::dtype = kBFloat16 works on this CPU (onednn backend, AVX512-BF16/AMX).
 bool cpu_bf16_inference_available();
+// False when the library was built without libdnnl.
+bool onednn_available();
+// What the onednn backend's plans run on this CPU, e.g. "nChw8c plans on oneDNN's avx2 kernels"
+// ("" without onednn).
+std::string onednn_plan_description();
 
-// A deep copy of a network (parameters and buffers), e.g. to fold or convert it.
-Network clone_network(const Network& net);
+// Multiply-accumulates of one h×w image through the network as the engines run it (the
+// folded operation list), with o.scales and o.flip: every pass at its own size.
+double count_inference_macs(const Network& net, const ModelMeta& meta, int64_t h, int64_t w,
+                            const EngineOptions& o = {});
 
 }  // namespace lightseg

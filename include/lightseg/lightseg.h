@@ -34,6 +34,7 @@
 #include "lightseg/engine.h"      // make_engine: the inference backends
 #include "lightseg/eval.h"        // evaluate: confusion matrix, mIoU over a split
 #include "lightseg/features.h"    // what this build has (CUDA, oneDNN, OpenCV...)
+#include "lightseg/file_io.h"     // read_file, write_file_atomic (a reader never sees half a file)
 #include "lightseg/image_io.h"    // decode/encode PNG and JPEG, InputError, check_image
 #include "lightseg/metrics.h"     // ConfusionMatrix
 #include "lightseg/network.h"     // Network: the model (torch::nn::Module)

@@ -133,7 +133,4 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// The web page served at GET / (HTML, CSS and JavaScript in one self-contained document).
-const std::string& web_page_html();
-
 }  // namespace lightseg

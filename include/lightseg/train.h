@@ -188,10 +188,4 @@ class Collective;
 // With o.world > 1, `collective` is the process group of all ranks (see distributed.h).
 TrainResult train(const TrainOptions& o, const TrainCallbacks& cb = {}, std::shared_ptr<Collective> collective = nullptr);
 
-// Writes the training curve (loss and val mIoU by epoch) as SVG.
-void write_curve_svg(const std::string& path, const std::vector<EpochRecord>& history, const std::string& title);
-
-// Poly LR with linear warm-up: step in [0, total).
-double poly_lr(double base, int64_t step, int64_t total, int64_t warmup, double warmup_start, double power);
-
 }  // namespace lightseg

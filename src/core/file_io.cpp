@@ -1,5 +1,5 @@
 // See file_io.h.
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>

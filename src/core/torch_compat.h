@@ -82,5 +82,5 @@ inline void foreach_copy_(std::vector<at::Tensor>& self, const std::vector<at::T
 
 }  // namespace lightseg::compat
 
-// The c10d class whose collectives lightseg calls (see src/dist/distributed.cpp).
+// The c10d class whose collectives lightseg calls (see src/distributed/distributed.cpp).
 #define LIGHTSEG_C10D_BACKEND_CLASS LIGHTSEG_TORCH_AT_LEAST(2, 0)

@@ -14,7 +14,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 namespace lightseg {
 

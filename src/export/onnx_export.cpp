@@ -15,7 +15,7 @@
 
 #include "infer/fused_network.h"
 #include "lightseg/weights.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 namespace lightseg {
 

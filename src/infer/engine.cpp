@@ -19,6 +19,9 @@
 
 namespace lightseg {
 
+namespace {
+
+// A deep copy of a network (parameters and buffers): the engine's own weights.
 Network clone_network(const Network& net) {
   Network copy(net->config());
   torch::NoGradGuard ng;
@@ -28,8 +31,6 @@ Network clone_network(const Network& net) {
   for (auto& b : copy->named_buffers(true)) b.value().copy_(src_b[b.key()]);
   return copy;
 }
-
-namespace {
 
 // The training-graph network in eval mode: the reference every faster backend is checked against.
 class EagerEngine : public InferenceEngine {
@@ -144,6 +145,16 @@ double measure_peak_macs(torch::Device device, torch::ScalarType dtype) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return static_cast<double>(n * c * c * 9 * h * w) / best;
+}
+
+double count_inference_macs(const Network& net, const ModelMeta& meta, int64_t h, int64_t w, const EngineOptions& o) {
+  const FusedNetwork fused = fuse_network(net, meta);
+  double macs = 0;
+  for (double s : o.scales) {
+    const auto [sh, sw] = tta_size(h, w, s);
+    macs += (o.flip ? 2.0 : 1.0) * static_cast<double>(fused.count_macs(sh, sw));
+  }
+  return macs;
 }
 
 std::vector<std::string> available_backends(torch::Device device) {

@@ -10,14 +10,11 @@
 
 namespace lightseg {
 
-// False when the library was built without libdnnl.
-bool onednn_available();
+// onednn_available() and onednn_plan_description() are public, in lightseg/engine.h.
 // The channel-block width of this CPU's plans: 16 (nChw16c) where oneDNN has its avx512_core
 // kernels, 8 (nChw8c) where it has avx2 ones, 0 below (no plans: onednn is not offered).
 // ONEDNN_MAX_CPU_ISA lowers it.
 int onednn_plan_block();
-// What this CPU's plans run on, e.g. "nChw8c plans on oneDNN's avx2 kernels" ("" without onednn).
-std::string onednn_plan_description();
 // Why the onednn backend cannot run at its speed on this CPU ("" when it can): below AVX2,
 // oneDNN would run reference kernels only.
 std::string onednn_unsuitable_reason();

@@ -18,7 +18,7 @@
 #include "lightseg/image_io.h"
 #include "data/transforms.h"
 #include "lightseg/weights.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 namespace lightseg {
 

@@ -1,5 +1,5 @@
 #include "lightseg/weights.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "core/json_io.h"
 #include "core/json_number.h"
 

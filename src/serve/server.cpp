@@ -19,21 +19,12 @@
 #include "core/json_io.h"
 #include "infer/tta.h"
 #include "serve/http_server.h"
+#include "serve/web_page.h"
 #include "serve/http_text.h"
 
 namespace lightseg {
 
 using namespace serve_text;
-
-namespace {
-
-// The Content-Security-Policy of the web page: its own inline script and style, pictures from
-// data: and blob: URLs, requests to this origin only, and no framing by any page.
-constexpr const char* kPagePolicy =
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-}  // namespace
 
 struct Server::Impl {
   std::shared_ptr<const Predictor> pred;

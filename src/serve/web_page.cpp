@@ -2,7 +2,7 @@
 // external scripts or styles — so the binary works offline and from any folder.
 #include <string>
 
-#include "lightseg/serve.h"
+#include "serve/web_page.h"
 
 namespace lightseg {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <sstream>
 
-#include "lightseg/train.h"
+#include "train/curve.h"
 #include "lightseg/weights.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 namespace lightseg {
 

@@ -1,7 +1,7 @@
 // The run folder's lock and the removal of stale checkpoint temporaries (see run_folder.h).
 #include "run_folder.h"
 
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "core/json_io.h"
 #include "core/json_number.h"
 #include "lightseg/dataset.h"

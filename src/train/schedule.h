@@ -1,5 +1,5 @@
-// What each epoch trains on, in which order, with which augmentation seed (internal; the
-// learning-rate schedule poly_lr is public, in train.h).
+// What each epoch trains on, in which order, with which augmentation seed, and the
+// learning-rate schedule (internal).
 //
 // Determinism: the shuffle of epoch e is a function of (seed, e) and the augmentation of
 // sample i in epoch e one of (seed, e, i), so a resumed run replays an uninterrupted one.
@@ -24,5 +24,8 @@ std::vector<std::vector<size_t>> epoch_batches(size_t n, int batch, uint64_t see
 inline uint64_t sample_seed(uint64_t seed, int epoch, size_t i) {
   return mix_seed(seed, static_cast<uint64_t>(epoch) + 1, i);
 }
+
+// Poly LR with linear warm-up: step in [0, total).
+double poly_lr(double base, int64_t step, int64_t total, int64_t warmup, double warmup_start, double power);
 
 }  // namespace lightseg

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "dist/gradient_sync.h"
+#include "distributed/gradient_sync.h"
 #include "lightseg/train.h"
 #include "train/aux_heads.h"
 #include "train/ema.h"

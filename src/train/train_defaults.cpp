@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "lightseg/image_io.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 
 namespace lightseg {
 

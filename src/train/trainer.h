@@ -14,7 +14,7 @@
 #include "lightseg/training_data.h"
 #include "lightseg/weights.h"
 #include "data/data_cache.h"
-#include "dist/gradient_sync.h"
+#include "distributed/gradient_sync.h"
 #include "train/aux_heads.h"
 #include "train/ema.h"
 #include "train/foreach_adam.h"

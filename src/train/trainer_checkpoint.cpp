@@ -2,8 +2,9 @@
 // temporaries, resuming from last.lsw, writing it, the log and curve, and a clean stop.
 #include <cstdio>
 
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "train/archive_bytes.h"
+#include "train/curve.h"
 #include "train/trainer.h"
 
 namespace lightseg::detail {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "train/archive_bytes.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"

@@ -21,14 +21,10 @@
 
 #include "args.h"
 #include "lightseg/engine.h"
-#include "infer/fused_network.h"
-#include "infer/onednn_engine.h"
-#include "infer/tta.h"
 #include "lightseg/runtime.h"
 #include "lightseg/features.h"
 #include "lightseg/weights.h"
 #include "lightseg/predictor.h"
-#include "data/transforms.h"
 #if LIGHTSEG_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -151,13 +147,7 @@ void add_bench(CLI::App& app, Args& a) {
     const char* env = std::getenv("LIGHTSEG_PROFILE");
     eo.profile = profile || (env && *env && std::string(env) != "0");
     auto engine = make_engine(net, meta, eo);
-    // with test-time augmentation: every pass at its own size
-    const FusedNetwork fused = fuse_network(net, meta);
-    double macs_per_image = 0;
-    for (double s : eo.scales) {
-      const auto [sh, sw] = tta_size(nh, nw, s);
-      macs_per_image += (eo.flip ? 2.0 : 1.0) * static_cast<double>(fused.count_macs(sh, sw));
-    }
+    const double macs_per_image = count_inference_macs(net, meta, nh, nw, eo);  // with TTA: every pass
 
     torch::manual_seed(1);
     auto images = (torch::rand({a.batch, 3, h, w}) * 255).to(device);
@@ -167,17 +157,22 @@ void add_bench(CLI::App& app, Args& a) {
     using clock = std::chrono::steady_clock;
     // Warm-up: the first call builds the per-shape plan / picks kernels.
     const int warmup = std::max(3, a.iters / 10);
-    // --input-size: end to end as the Predictor does it: the frame resized (bilinear) to the
-    // network's size, the labels, and the labels resized back (nearest) to the frame's size.
-    const int64_t fh = h, fw = w, th = nh, tw = nw;  // (structured bindings are not captured)
+    // --input-size: end to end through the Predictor, as segment and serve run a frame: the
+    // frame (H×W×3 uint8) resized (bilinear) to the network's size, the labels, and the labels
+    // resized back (nearest) to the frame's size.
+    std::unique_ptr<Predictor> predictor;
+    std::vector<torch::Tensor> frames;
+    if (!input_size.none()) {
+      PredictorOptions po;
+      po.engine = eo;
+      po.input_size = input_size;
+      predictor = std::make_unique<Predictor>(net, meta, po);
+      for (int64_t i = 0; i < a.batch; ++i)
+        frames.push_back(images[i].permute({1, 2, 0}).to(torch::kCPU, torch::kUInt8).contiguous());
+    }
     auto call = [&] {
-      if (input_size.none()) return engine->logits(images);
-      auto x = th == fh && tw == fw ? images : resize_image(images, th, tw);
-      auto l = engine->labels(x).to(torch::kFloat32).unsqueeze(1);
-      if (th != fh || tw != fw)
-        l = torch::nn::functional::interpolate(
-            l, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{fh, fw}).mode(torch::kNearest));
-      return l.to(torch::kUInt8);
+      if (!predictor) return engine->logits(images);
+      return predictor->predict_batch(frames).back().labels;
     };
     for (int i = 0; i < warmup; ++i) call();
     sync();

@@ -15,7 +15,6 @@
 #include "lightseg/engine.h"
 #include "lightseg/runtime.h"
 #include "lightseg/weights.h"
-#include "infer/onednn_engine.h"
 #include "video_pipeline.h"
 #if LIGHTSEG_HAVE_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "lightseg/features.h"
 #include "lightseg/image_io.h"
 #include "lightseg/palette.h"

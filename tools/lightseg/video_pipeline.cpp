@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.h"
+#include "lightseg/file_io.h"
 #include "latest_frame.h"
 #include "lightseg/features.h"
 #include "lightseg/image_io.h"

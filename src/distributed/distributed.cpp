@@ -11,7 +11,7 @@
 // lightseg_dist_forms_check target of CMakeLists.txt builds them on every build).
 #include "lightseg/distributed.h"
 #include "lightseg/features.h"
-#include "dist/gradient_sync.h"
+#include "distributed/gradient_sync.h"
 
 #include <chrono>
 #include <cstdlib>
