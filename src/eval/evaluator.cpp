@@ -5,7 +5,7 @@
 #include "lightseg/engine.h"
 #include "lightseg/eval.h"
 #include "lightseg/image_io.h"
-#include "data/transforms.h"
+#include "lightseg/predictor.h"
 #include "core/json_io.h"
 
 namespace lightseg {
@@ -45,8 +45,12 @@ EvalResult evaluate(const Network& net, const ModelMeta& meta, const SegDataset&
   EvalResult r;
   r.confusion = ConfusionMatrix(data.num_classes(), kIgnore);
   r.class_names = data.meta().class_names;
-  auto engine = make_engine(net, meta, o.engine);
-  r.backend = engine->backend();
+  // The front door every image goes through (segment, serve, bench --input-size): one pass at
+  // the image's own size, labels at that size.
+  PredictorOptions po;
+  po.engine = o.engine;
+  const Predictor predictor(net, meta, po);
+  r.backend = predictor.backend();
   if (!o.save_dir.empty()) fs::create_directories(o.save_dir);
   if (!o.groups.empty() && o.groups.size() != data.size())
     throw std::invalid_argument("EvalOptions::groups has " + std::to_string(o.groups.size()) + " entries but the dataset " +
@@ -61,7 +65,7 @@ EvalResult evaluate(const Network& net, const ModelMeta& meta, const SegDataset&
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = static_cast<size_t>(o.rank); i < data.size(); i += static_cast<size_t>(o.world)) {
     auto [img, lab] = data.load(i);
-    auto pred = engine->labels(to_rgb_chw_float(img).unsqueeze(0))[0].to(torch::kCPU);
+    auto pred = predictor.predict(img).labels.to(torch::kLong);
     r.confusion.update(pred, lab);
     if (!group_of.empty()) {
       auto& g = r.by_group[group_of[i]];

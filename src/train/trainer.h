@@ -55,7 +55,8 @@ class Trainer {
   void read_checkpoint();
   void build_model();
   void init_from_weights();
-  void save_checkpoint(const std::string& path);
+  // compact: the optimizer's state as compact_optimizer_bytes writes it (TrainOptions::compact_state).
+  void save_checkpoint(const std::string& path, bool compact = false);
   void write_log();
   EvalResult validate();
   // True when all ranks are to stop now (a stop request or the time limit on any rank).

@@ -5,6 +5,7 @@
 #include "lightseg/file_io.h"
 #include "train/archive_bytes.h"
 #include "train/curve.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
 
 namespace lightseg::detail {
@@ -79,12 +80,12 @@ void Trainer::read_checkpoint() {
     say("resuming from " + last_path_ + " at epoch " + std::to_string(state_.epoch + 1) + ", batch " +
         std::to_string(state_.batch));
 }
-void Trainer::save_checkpoint(const std::string& path) {
+void Trainer::save_checkpoint(const std::string& path, bool compact) {
   WeightsFile w = make_weights(scored_, meta_);
   if (ema_net_) w.blobs["raw_weights"] = to_archive_bytes(*net_);
   if (aux_) w.blobs["aux_heads"] = to_archive_bytes(*aux_);
   if (fused_) fused_->export_state();
-  w.blobs["optimizer"] = to_archive_bytes(*opt_);
+  w.blobs["optimizer"] = compact ? compact_optimizer_bytes(*opt_) : to_archive_bytes(*opt_);
   state_.options = o_;
   state_.world = o_.world;
   if (ema_) state_.ema_steps = ema_->steps();
@@ -102,6 +103,7 @@ void Trainer::write_log() {
 
 TrainResult Trainer::stopped(bool requested, bool mid_epoch) {
   const std::string why = requested ? "stop requested" : "time limit reached";
+  if (lead_ && o_.compact_state) save_checkpoint(last_path_, /*compact=*/true);
   if (mid_epoch)
     say(why + ": checkpoint written at epoch " + std::to_string(state_.epoch + 1) + ", iteration " +
         std::to_string(state_.batch) + " (" + last_path_ + ")");

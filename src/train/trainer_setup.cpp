@@ -192,7 +192,12 @@ void Trainer::build_model() {
         " on resume: the optimizer's parameters changed, its state starts afresh");
     opt_blob.clear();
   }
-  if (!opt_blob.empty()) from_archive_bytes(*opt_, opt_blob, device_);
+  if (!opt_blob.empty()) {
+    from_archive_bytes(*opt_, opt_blob, device_);
+    if (const int64_t restarted = expand_optimizer_state(*opt_))
+      say("compact checkpoint: the optimizer's first moments of " + std::to_string(restarted) +
+          " tensors restart at zero (second moments kept)");
+  }
   if (ema_net_) ema_ = std::make_unique<WeightsEma>(ema_net_, net_, o_.ema_decay, state_.ema_steps);
   scored_ = ema_net_ ? ema_net_ : net_;
   resumed_ = WeightsFile{};  // its tensors are loaded: free them

@@ -90,6 +90,7 @@ struct TrainArgs {
   std::vector<CLI::Option*> options = std::vector<CLI::Option*>(std::size(kTrainFlags));
   std::vector<std::string> overrides;  // --set KEY=VALUE
   double time_limit = 0;               // not a stored option: each invocation sets its own
+  bool compact_state = false;          // nor this (TrainOptions::compact_state)
   bool resume = false;
   // distributed: where this process is (the launcher's business, not the run's)
   int nproc = 0, rank = -1, world = -1, local_rank = -1, master_port = -1;
@@ -197,6 +198,10 @@ void add_train(CLI::App& app, Args& a) {
     }
   }
   sub->add_option("--time-limit", t.time_limit, "Stop cleanly (checkpoint written) after this many minutes");
+  sub->add_flag("--compact-state", t.compact_state,
+                "When this invocation stops (--time-limit, Ctrl-C), write last.lsw compactly: Adam's second moments in "
+                "bf16, its first moments left out (they restart at zero on resume): about half the size, for a run "
+                "state kept in version control");
   sub->add_flag("--resume", t.resume, "Continue the run in --out where it stopped (its stored options are the defaults)");
   sub->add_option("--set", t.overrides,
                   "Override any option of the config: KEY=VALUE, e.g. --set lr=5e-4 --set network.c0=16 "
@@ -282,6 +287,7 @@ void add_train(CLI::App& app, Args& a) {
       std::fprintf(stderr, "warning: bf16 training on a CPU without native bf16 (AVX512-BF16/AMX): it is emulated "
                            "and about 10x slower than fp32 here; --precision auto or fp32 picks fp32\n");
     o.time_limit_min = t.time_limit;
+    o.compact_state = t.compact_state;
     o.resume = t.resume;
     o.rank = dc.rank;
     o.world = dc.world;
