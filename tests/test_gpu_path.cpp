@@ -105,6 +105,20 @@ TEST(BatchAugment, ColourJitterIsThePerSampleOne) {
   EXPECT_LT(c.image_max, 0.02);
 }
 
+TEST(BatchAugment, BlurAndNoiseAreThePerSampleOnes) {
+  AugmentOptions o;
+  o.crop_h = 40;
+  o.crop_w = 56;
+  o.scale_min = 0.8;
+  o.scale_max = 1.3;
+  o.jitter = 0.3;
+  o.blur = 0.5;
+  o.noise = 10;
+  auto c = compare(o, 12);
+  EXPECT_TRUE(c.labels_equal);
+  EXPECT_LT(c.image_max, 0.02);
+}
+
 TEST(BatchAugment, PaddingIsIgnoreAndTheMeanColourAndFlipsMirror) {
   const auto meta = test_meta();
   auto [images, labels] = shapes(2, 48, 64);

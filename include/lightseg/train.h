@@ -55,6 +55,9 @@ struct TrainOptions {
   double warmup_epochs = 1.0, warmup_start = 0.1, poly_power = 0.9;
   // augmentation
   double scale_min = 0.75, scale_max = 2.0, jitter = 0.0;
+  // blur: the probability of a Gaussian blur (sigma uniform in [0.5, 1.5] pixels); noise: the
+  // largest std of additive Gaussian noise (each sample's uniform in [0, noise], 0..255 units)
+  double blur = 0.0, noise = 0.0;
   bool flip = true;
   // loss
   std::string loss = "wce";        // wce (class-weighted CE) | ce | ohem

@@ -75,6 +75,9 @@ std::pair<torch::Tensor, torch::Tensor> augment_batch(const torch::Tensor& image
     auto m = gray.mean({1, 2, 3}, /*keepdim=*/true);
     img = ((img - m) * con + m).clamp(0, 255);
   }
+  bool blur_or_noise = false;
+  for (const auto& d : draws) blur_or_noise = blur_or_noise || d.blur_sigma > 0 || d.noise_std > 0;
+  if (blur_or_noise) img = blur_and_noise(img, draws);  // augment()'s steps 6 and 7
   auto mean = fill, std = all.narrow(0, 9 * B + 3, 3).to(torch::kFloat32).view({1, 3, 1, 1});
   return {(img - mean) / std, lab};
 }

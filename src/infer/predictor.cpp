@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "infer/frame_resize.h"
 #include "infer/tta.h"
 #include "lightseg/engine.h"
 #include "lightseg/image_io.h"
@@ -237,25 +238,25 @@ struct Predictor::Impl {
     const bool tta = tta_requested(aug.scales, aug.flip);
     return on_engine<Out>([&](InferenceEngine& engine) -> Out {
       c10::InferenceMode guard;
-      std::vector<torch::Tensor> chw;
-      for (const auto& im : images) chw.push_back(to_rgb_chw_float(im));
-      torch::Tensor x = torch::stack(chw);
-      const int64_t H0 = x.size(2), W0 = x.size(3);
+      const int64_t H0 = images.front().size(0), W0 = images.front().size(1);
       const auto [Hn, Wn] = opt.input_size.resolve(H0, W0);
+      std::vector<torch::Tensor> chw;
       if (Hn != H0 || Wn != W0) {
-        x = resize_image(x, Hn, Wn);
-        auto out = run_net(engine, x, tta, want_conf, aug);
-        auto back = [&](const torch::Tensor& t, bool is_labels) {
-          auto f = t.unsqueeze(1).to(torch::kFloat32);
-          f = torch::nn::functional::interpolate(f, torch::nn::functional::InterpolateFuncOptions()
+        // the frame read once, at the network's size; the labels written once, at the frame's
+        for (const auto& im : images) chw.push_back(frame_to_network_input(im, Hn, Wn));
+        auto out = run_net(engine, torch::stack(chw), tta, want_conf, aug);
+        torch::Tensor conf;
+        if (want_conf)
+          conf = torch::nn::functional::interpolate(out.second.unsqueeze(1),
+                                                    torch::nn::functional::InterpolateFuncOptions()
                                                         .size(std::vector<int64_t>{H0, W0})
-                                                        .mode(torch::kNearest));
-          f = f.squeeze(1);
-          return is_labels ? f.to(torch::kUInt8).contiguous() : f.contiguous();
-        };
-        return {back(out.first, true), want_conf ? back(out.second, false) : torch::Tensor()};
+                                                        .mode(torch::kNearest))
+                     .squeeze(1)
+                     .contiguous();
+        return {labels_to_frame_size(out.first, H0, W0), conf};
       }
-      return run_net(engine, x, tta, want_conf, aug);
+      for (const auto& im : images) chw.push_back(to_rgb_chw_float(im));
+      return run_net(engine, torch::stack(chw), tta, want_conf, aug);
     });
   }
 

@@ -57,7 +57,7 @@ json to_json(const TrainOptions& o) {
               {"optimizer", o.optimizer}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"momentum", o.momentum},
               {"nesterov", o.nesterov}, {"bn_weight_decay", o.bn_weight_decay}, {"warmup_epochs", o.warmup_epochs},
               {"warmup_start", o.warmup_start}, {"poly_power", o.poly_power}, {"scale_min", o.scale_min},
-              {"scale_max", o.scale_max}, {"jitter", o.jitter}, {"flip", o.flip}, {"loss", o.loss},
+              {"scale_max", o.scale_max}, {"jitter", o.jitter}, {"blur", o.blur}, {"noise", o.noise}, {"flip", o.flip}, {"loss", o.loss},
               {"ohem_thresh", o.ohem_thresh}, {"ohem_min_kept", o.ohem_min_kept}, {"class_weights", o.class_weights},
               {"class_weighting", o.class_weighting},
               {"aux_weight", o.aux_weight}, {"ema_decay", o.ema_decay},
@@ -97,6 +97,8 @@ void apply_json(TrainOptions& o, const json& j) {
       else if (k == "scale_min") o.scale_min = v.get<double>();
       else if (k == "scale_max") o.scale_max = v.get<double>();
       else if (k == "jitter") o.jitter = v.get<double>();
+      else if (k == "blur") o.blur = v.get<double>();
+      else if (k == "noise") o.noise = v.get<double>();
       else if (k == "flip") o.flip = v.get<bool>();
       else if (k == "loss") o.loss = v.get<std::string>();
       else if (k == "ohem_thresh") o.ohem_thresh = v.get<double>();
@@ -185,6 +187,8 @@ void TrainOptions::validate() const {
   need(lr > 0, "train: lr must be > 0");
   need(weight_decay >= 0, "train: weight_decay must be >= 0");
   need(scale_min > 0 && scale_max >= scale_min, "train: need 0 < scale_min <= scale_max");
+  need(blur >= 0 && blur <= 1, "train: blur is a probability, in [0, 1]");
+  need(noise >= 0 && noise <= 64, "train: noise is a std in 0..255 units, in [0, 64]");
   need(aux_weight >= 0 && std::isfinite(aux_weight), "train: aux_weight must be >= 0 (0: no auxiliary heads)");
   need(ema_decay >= 0 && ema_decay < 1, "train: ema_decay must be in [0, 1) (0: no EMA)");
   need(val_every >= 0, "train: val_every must be >= 0");

@@ -98,6 +98,8 @@ TrainResult Trainer::run() {
   aug.scale_max = o_.scale_max;
   aug.flip = o_.flip;
   aug.jitter = o_.jitter;
+  aug.blur = o_.blur;
+  aug.noise = o_.noise;
 
   const int64_t iters_per_epoch =
       static_cast<int64_t>(epoch_batches(train_ds_->size(), o_.batch, o_.seed, 0, o_.rank, o_.world, o_.max_iters).size());
