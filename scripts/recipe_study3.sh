@@ -47,6 +47,8 @@ say() { echo "recipe_study3: $*" >&2; }
 epochs_of() { case "$1" in long) echo $((2 * EPOCHS)) ;; *) echo "$EPOCHS" ;; esac; }
 run_dir() { if [ "$2" = 0006R0 ]; then echo "$RUNS/$1"; else echo "$RUNS/$1@$2"; fi; }
 done_epochs() { [ -f "$1/log.jsonl" ] && wc -l <"$1/log.jsonl" || echo 0; }
+# The distill arm learns from the wide arm of the same fold, once that has finished.
+teacher_of() { [ "$1" = distill ] && echo "$(run_dir wide "$2")/last.lsw"; }
 
 for arm in $ARMS; do
   [ -f "configs/study3/$arm.json" ] || { say "error: no arm configs/study3/$arm.json"; exit 2; }
@@ -60,6 +62,11 @@ if [ "$MINUTES" != 0 ]; then
     for arm in $ARMS; do
       out=$(run_dir "$arm" "$fold") ep=$(epochs_of "$arm")
       [ "$(done_epochs "$out")" -ge "$ep" ] && continue
+      teacher=$(teacher_of "$arm" "$fold")
+      if [ -n "$teacher" ] && [ "$(done_epochs "$(run_dir wide "$fold")")" -lt "$(epochs_of wide)" ]; then
+        say "$(basename "$out"): waits for its teacher $(basename "$(run_dir wide "$fold")") to finish"
+        continue
+      fi
       while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
       mkdir -p "$out" && rm -f "$out/exit-code"
       say "$(basename "$out"): epoch $(done_epochs "$out") of $ep, up to $MINUTES min on $DEVICE"
@@ -67,7 +74,7 @@ if [ "$MINUTES" != 0 ]; then
         nice -n "$NICE" "$BIN" train --data "$DATA" --dataset camvid --out "$out" --config "configs/study3/$arm.json" \
           --val-groups "$fold" --epochs "$ep" --val-every "$VAL_EVERY" --seed 1 --device "$DEVICE" \
           --precision "${PRECISION:-auto}" --workers "$WORKERS" ${THREADS:+--threads "$THREADS"} \
-          --time-limit "$MINUTES" --resume ${EXTRA:-} 2>&1 | tr '\r' '\n' | grep -v -E '^\s*$' >>"$out/train.log"
+          --time-limit "$MINUTES" --resume ${teacher:+--distill-from "$teacher"} ${EXTRA:-} 2>&1 | tr '\r' '\n' | grep -v -E '^\s*$' >>"$out/train.log"
         echo "${PIPESTATUS[0]}" >"$out/exit-code"
       ) &
       started+=("$out")

@@ -151,8 +151,10 @@ def main():
             lines.append(f"**Best: {win}** (seqval final {scores[win]:.4f} against aux's {scores['aux']:.4f}).")
         elif "aux" in scores:
             lines.append(f"**Best: aux** (no arm beats its seqval final {scores['aux']:.4f} by more than 0.005).")
-    lines += ["", "Blur and noise augmentation are not in `strong-aug`: the augmentation has no such options yet",
-              "(scale 0.5–2.0 and colour jitter 0.3 only). Distillation is not an arm of this table."]
+    lines += ["", "`strong-aug` is scale 0.5–2.0, colour jitter 0.3, a Gaussian blur on half the images (sigma",
+              "0.5–1.5 px) and additive Gaussian noise (std up to 8 of 255). `distill` is aux plus knowledge",
+              "distillation (weight 1, temperature 1) from the finished `wide` arm of the same fold, its teacher:",
+              "it starts when `wide` has finished."]
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     open(a.out, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -73,6 +73,12 @@ struct TrainOptions {
   // statistics), decay min(ema_decay, (1+n)/(10+n)) at update n; validation, best.lsw and
   // last.lsw's inference tensors use it (the raw weights ride along in the checkpoint).
   double ema_decay = 0;
+  // Knowledge distillation: a trained network (any configuration of the same classes; e.g. a
+  // wider one) whose softened predictions the student also learns: the loss gains
+  // distill_weight × distillation_loss (T² · KL at temperature distill_temperature, over the
+  // labelled pixels). The teacher runs in eval mode on each augmented batch; not saved.
+  std::string distill_from;
+  double distill_weight = 1.0, distill_temperature = 1.0;
   // run control
   double time_limit_min = 0;       // 0 = none; stops cleanly after writing a checkpoint
   bool resume = false;

@@ -1,5 +1,7 @@
 #include "train/losses.h"
 
+#include <stdexcept>
+
 #include <algorithm>
 
 #include "train/fused_cross_entropy.h"
@@ -41,6 +43,19 @@ torch::Tensor ohem_cross_entropy(const torch::Tensor& logits, const torch::Tenso
     hard = valid & (p <= kth);
   }
   return ce.masked_select(hard).mean();
+}
+
+torch::Tensor distillation_loss(const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& target,
+                                double temperature) {
+  if (student.sizes() != teacher.sizes())
+    throw std::invalid_argument("distillation: the teacher's logits are " + c10::str(teacher.sizes()) +
+                                ", the student's " + c10::str(student.sizes()));
+  const double T = temperature;
+  auto log_s = torch::log_softmax(student / T, 1);
+  auto log_t = torch::log_softmax(teacher.detach() / T, 1);
+  auto kl = (log_t.exp() * (log_t - log_s)).sum(1);  // N×H×W
+  auto valid = (target != 255).to(kl.scalar_type());
+  return T * T * (kl * valid).sum() / valid.sum().clamp_min(1);
 }
 
 }  // namespace lightseg

@@ -16,4 +16,9 @@ torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::T
 torch::Tensor ohem_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target, double thresh = 0.7,
                                  double min_kept_frac = 1.0 / 16, const torch::Tensor& weight = {});
 
+// Pixel-wise knowledge distillation: T² · the mean over labelled pixels (target != 255) of
+// KL(softmax(teacher/T) ‖ softmax(student/T)); 0 when there are none. The teacher is a constant.
+torch::Tensor distillation_loss(const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& target,
+                                double temperature);
+
 }  // namespace lightseg

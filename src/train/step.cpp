@@ -123,7 +123,7 @@ StepTotals TrainStep::take_totals() {
 
 StepResult TrainStep::run(const torch::Tensor& x, const torch::Tensor& y) {
   buffers_.save();
-  torch::Tensor logits, aux1, aux2;
+  torch::Tensor logits, aux1, aux2, teacher;
   {
     const bool amp = p_.device.is_cuda() ? p_.o.amp : p_.o.amp_cpu;
     if (amp) set_autocast(p_.device.type(), true);
@@ -134,9 +134,14 @@ StepResult TrainStep::run(const torch::Tensor& x, const torch::Tensor& y) {
     } else {
       logits = p_.net->forward(x);
     }
+    if (p_.teacher) {
+      torch::NoGradGuard ng;
+      teacher = p_.teacher->forward(x);
+    }
     if (amp) {
       set_autocast(p_.device.type(), false);
       logits = logits.to(torch::kFloat32);
+      if (p_.teacher) teacher = teacher.to(torch::kFloat32);
       if (p_.aux) {
         aux1 = aux1.to(torch::kFloat32);
         aux2 = aux2.to(torch::kFloat32);
@@ -147,6 +152,7 @@ StepResult TrainStep::run(const torch::Tensor& x, const torch::Tensor& y) {
   // between runs with and without the auxiliary heads.
   torch::Tensor main_loss = criterion(logits, y);
   torch::Tensor loss = p_.aux ? main_loss + p_.o.aux_weight * (criterion(aux1, y) + criterion(aux2, y)) : main_loss;
+  if (p_.teacher) loss = loss + p_.o.distill_weight * distillation_loss(logits, teacher, y, p_.o.distill_temperature);
   zero_grad();
   if (p_.grad_sync) p_.grad_sync->begin();
   loss.backward();

@@ -49,6 +49,7 @@ struct StepParts {
   // With `fused`, no EMA and one process: the non-finite check decided on the device, read by
   // take_totals() (no host synchronisation per step).
   bool deferred = false;
+  Network teacher{nullptr};        // set: knowledge distillation from it (eval mode, no gradients)
 };
 
 struct StepResult {

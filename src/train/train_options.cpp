@@ -61,6 +61,8 @@ json to_json(const TrainOptions& o) {
               {"ohem_thresh", o.ohem_thresh}, {"ohem_min_kept", o.ohem_min_kept}, {"class_weights", o.class_weights},
               {"class_weighting", o.class_weighting},
               {"aux_weight", o.aux_weight}, {"ema_decay", o.ema_decay},
+              {"distill_from", o.distill_from}, {"distill_weight", o.distill_weight},
+              {"distill_temperature", o.distill_temperature},
               {"time_limit_min", o.time_limit_min}, {"device", o.device.str()}, {"val_every", o.val_every}, {"seed", o.seed},
               {"workers", o.workers}, {"prefetch", o.prefetch}, {"channels_last", o.channels_last}, {"amp", o.amp}, {"amp_cpu", o.amp_cpu},
               {"max_iters", o.max_iters}, {"data_cache", o.data_cache}, {"fused_optimizer", o.fused_optimizer},
@@ -107,6 +109,9 @@ void apply_json(TrainOptions& o, const json& j) {
       else if (k == "class_weighting") o.class_weighting = v.get<std::string>();
       else if (k == "aux_weight") o.aux_weight = v.get<double>();
       else if (k == "ema_decay") o.ema_decay = v.get<double>();
+      else if (k == "distill_from") o.distill_from = v.get<std::string>();
+      else if (k == "distill_weight") o.distill_weight = v.get<double>();
+      else if (k == "distill_temperature") o.distill_temperature = v.get<double>();
       else if (k == "time_limit_min") o.time_limit_min = v.get<double>();
       else if (k == "device") o.device = device_from_string(v.get<std::string>());
       else if (k == "val_every") o.val_every = json_number<int>(v, "train." + k);
@@ -191,6 +196,8 @@ void TrainOptions::validate() const {
   need(noise >= 0 && noise <= 64, "train: noise is a std in 0..255 units, in [0, 64]");
   need(aux_weight >= 0 && std::isfinite(aux_weight), "train: aux_weight must be >= 0 (0: no auxiliary heads)");
   need(ema_decay >= 0 && ema_decay < 1, "train: ema_decay must be in [0, 1) (0: no EMA)");
+  need(distill_weight >= 0 && std::isfinite(distill_weight), "train: distill_weight must be >= 0");
+  need(distill_temperature > 0 && std::isfinite(distill_temperature), "train: distill_temperature must be > 0");
   need(val_every >= 0, "train: val_every must be >= 0");
   need(data_cache == "auto" || data_cache == "off" || data_cache == "host" || data_cache == "device",
        "train: data_cache must be auto, off, host or device, got '" + data_cache + "'");

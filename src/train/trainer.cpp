@@ -112,7 +112,7 @@ TrainResult Trainer::run() {
   say_schedule(iters_per_epoch);
 
   TrainStep step({o_, device_, net_, aux_, *opt_, weight, col_, grad_sync_.get(), ema_.get(), cb_.after_backward,
-                  fused_.get(), deferred_});
+                  fused_.get(), deferred_, teacher_});
   std::unique_ptr<GraphedStep> graphed;
   std::string graph_state;
   if (graph_step_) graphed = std::make_unique<GraphedStep>(step, *fused_);

@@ -81,6 +81,7 @@ class Trainer {
   bool have_resume_ = false;
   Network net_{nullptr}, ema_net_{nullptr}, scored_{nullptr};  // scored: what is validated and saved
   AuxHeads aux_{nullptr};
+  Network teacher_{nullptr};  // distill_from's network (eval mode, on the device)
   std::unique_ptr<WeightsEma> ema_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
   std::unique_ptr<ForeachAdam> fused_;    // the optimizer's steps, when fused (opt_ holds the state)

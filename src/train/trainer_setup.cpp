@@ -176,6 +176,20 @@ void Trainer::build_model() {
     if (o_.channels_last) to_channels_last(*aux_);
     aux_->train();
   }
+  if (!o_.distill_from.empty()) {  // the teacher: a constant network, in eval mode
+    teacher_ = load_network(o_.distill_from);
+    if (teacher_->config().num_classes != o_.network.num_classes)
+      throw std::invalid_argument("distill_from '" + o_.distill_from + "' has " +
+                                  std::to_string(teacher_->config().num_classes) + " classes, the network " +
+                                  std::to_string(o_.network.num_classes));
+    for (auto& p : teacher_->parameters()) p.set_requires_grad(false);
+    teacher_->to(device_);
+    if (o_.channels_last) to_channels_last(*teacher_);
+    teacher_->eval();
+    char how[96];
+    std::snprintf(how, sizeof how, " parameters), weight %g, temperature %g", o_.distill_weight, o_.distill_temperature);
+    say("distillation from " + o_.distill_from + " (" + std::to_string(count_parameters(*teacher_)) + how);
+  }
   // Distributed: same weights everywhere (rank 0's), SyncBN, bucketed gradient all-reduce.
   if (col_) {
     broadcast_model(*col_, net_);

@@ -55,6 +55,9 @@ const TrainFlag kTrainFlags[] = {
      "Deep supervision: weight of the auxiliary heads' losses on the two semantic branches (0: off; e.g. 0.4)"},
     {"--ema-decay", "ema_decay",
      "Keep an EMA of the weights with this decay, scored and saved instead of the raw ones (0: off; e.g. 0.999)"},
+    {"--distill-from", "distill_from",
+     "Knowledge distillation from these trained weights (same classes; e.g. a wider network): the loss gains "
+     "distill_weight x T^2 KL at distill_temperature (--set; defaults 1, 1)"},
     {"--val-every", "val_every", "Evaluate on the val split every N epochs (0: never)"},
     {"--train-split", "train_split", "Split(s) to train on: one name, several joined by commas, or trainval (= train,val)"},
     {"--val-split", "val_split", "Split scored every --val-every epochs"},
