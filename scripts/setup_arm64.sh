@@ -22,17 +22,8 @@ ARM64_PACKAGES=(
 )
 
 SECONDS=0
-missing=()
-for p in "${HOST_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup_arm64: installing ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+. scripts/apt_install.sh
+apt_install_missing setup_arm64 "${HOST_PACKAGES[@]}"
 
 stamp="$SYSROOT/.lightseg-sysroot"
 want="${ARM64_PACKAGES[*]}"
