@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -25,10 +26,14 @@ inline std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// `dir` receives the captured streams; a run over 2 minutes is killed (exit code 124). One intra-op thread (OMP_NUM_THREADS=1, unless --threads
-// says otherwise): tests use tiny images and ctest runs several at once.
+// `dir` receives the captured streams; a run over 2 minutes is killed (exit code 124;
+// LIGHTSEG_TEST_CLI_TIMEOUT=SECONDS changes the limit, for an emulated CPU: scripts/cross_arm64.sh).
+// One intra-op thread (OMP_NUM_THREADS=1, unless --threads says otherwise): tests use tiny images
+// and ctest runs several at once.
 inline CliResult run_cli(const std::vector<std::string>& args, const std::filesystem::path& dir) {
-  std::string cmd = "OMP_NUM_THREADS=1 timeout -k 5 120 " + shell_quote(LIGHTSEG_CLI);
+  const char* limit = std::getenv("LIGHTSEG_TEST_CLI_TIMEOUT");
+  const std::string seconds = limit && std::strspn(limit, "0123456789") == std::strlen(limit) && *limit ? limit : "120";
+  std::string cmd = "OMP_NUM_THREADS=1 timeout -k 5 " + seconds + " " + shell_quote(LIGHTSEG_CLI);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   const auto out = dir / "cli_stdout.txt", err = dir / "cli_stderr.txt";
   cmd += " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) + " </dev/null";
