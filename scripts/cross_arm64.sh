@@ -13,7 +13,11 @@
 # OpenCV (no video or camera input), the benchmarks or x86's native kernels. Emulated run
 # times say nothing about an ARM board's speed.
 # Environment: BUILD (default build-arm64), SYSROOT (default .cache/sysroot-arm64), JOBS
-# (default nproc), X86_CLI, TEST_FILTER.
+# (default nproc), X86_CLI, TEST_FILTER, LIGHTSEG_TEST_CLI_TIMEOUT (default 900: the tests' CLI
+# runs are emulated too, `bench` takes minutes).
+# Do not edit the tree while it builds: objects compiled against a header that changed under
+# them are not rebuilt by the next call (a mixed build that crashed under qemu, 2026-12-05);
+# rm -rf the build folder to be sure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 check=0 tests=0
@@ -71,6 +75,7 @@ fi
 if [ $tests -eq 1 ]; then
   SECONDS=0
   # The tests run the CLI through build-arm64/bin/lightseg-emulated (qemu as well).
-  "${qemu[@]}" "$BUILD/bin/lightseg_tests" --gtest_filter="$TEST_FILTER" --gtest_brief=1
+  LIGHTSEG_TEST_CLI_TIMEOUT=${LIGHTSEG_TEST_CLI_TIMEOUT:-900} \
+    "${qemu[@]}" "$BUILD/bin/lightseg_tests" --gtest_filter="$TEST_FILTER" --gtest_brief=1
   echo "cross_arm64: lightseg_tests ($TEST_FILTER) under qemu-aarch64 took ${SECONDS} s" >&2
 fi
