@@ -104,7 +104,11 @@ TEST(CompactState, ARunStoppedWithItWritesASmallerCheckpointThatResumesToTheEnd)
   ASSERT_TRUE(r.finished);
   ASSERT_EQ(r.history.size(), 3u);
   for (const auto& e : r.history) EXPECT_TRUE(std::isfinite(e.loss));
+  // full again: fp32 m and v. Not byte-equal to the stopped run's blob (the archive's pickled
+  // numbers and zip framing vary by a few hundred bytes), so the test compares against twice the
+  // compact blob, which only a state with both fp32 moments exceeds.
   const auto last = read_weights((dir / "compact" / "last.lsw").string());
-  EXPECT_GE(last.blobs.at("optimizer").size(), full.blobs.at("optimizer").size());
+  EXPECT_GT(last.blobs.at("optimizer").size(), 2 * compact.blobs.at("optimizer").size());
+  EXPECT_GT(last.blobs.at("optimizer").size() * 100, full.blobs.at("optimizer").size() * 99);
   fs::remove_all(dir);
 }
