@@ -4,7 +4,9 @@
   - no file under src/ over 600 lines (a longer one usually holds two rooms);
   - the CLI (tools/) includes public headers only (lightseg/...), never a src/ header;
   - a public header (include/lightseg/) includes only public headers and system ones;
-  - no include circle: following the project's own includes from any file never leads back to it.
+  - no include circle: following the project's own includes from any file never leads back to it;
+  - one SIMD helper set: vector types (`vector_size`) are declared in src/core/simd.h only;
+  - x86 intrinsics (_mm*_ calls, __m128/__m256/__m512 types) only in files under an x86/ folder.
 
 Usage: scripts/check_house.py [ROOT] (default: the checkout this script is in).
 """
@@ -13,6 +15,8 @@ import re
 import sys
 
 MAX_LINES = 600
+SIMD_SET = "src/core/simd.h"
+INTRINSIC = re.compile(r"\b(_mm\d*_\w+|__m(128|256|512)\w*)\b")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -45,6 +49,11 @@ def main():
         graph[f] = [p for p in (resolve(root, f, n) for n in names) if p]
         if f.startswith("src/") and text.count("\n") > MAX_LINES:
             breaches.append(f"{f}: {text.count(chr(10))} lines (at most {MAX_LINES})")
+        code = re.sub(r"//[^\n]*", "", text)  # what comments name is not code
+        if f.startswith("src/") and f != SIMD_SET and "vector_size" in code:
+            breaches.append(f"{f}: declares a vector type (one SIMD helper set: {SIMD_SET})")
+        if f.startswith("src/") and "/x86/" not in f and INTRINSIC.search(code):
+            breaches.append(f"{f}: uses x86 intrinsics ({INTRINSIC.search(code).group(0)}) outside an x86/ folder")
         if f.startswith("tools/"):
             for n in names:
                 if n.split("/")[0] in rooms:

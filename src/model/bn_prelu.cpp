@@ -10,7 +10,7 @@
 
 #include "core/isa.h"
 #include "lightseg/features.h"
-#include "model/vec16.h"
+#include "core/simd.h"
 
 namespace lightseg::model {
 
@@ -23,15 +23,15 @@ template <class T>
 inline __attribute__((always_inline)) void stats_rows(const T* x, const float* k, float* s1, float* s2, int64_t m0,
                                                       int64_t m1, int64_t C) {
   for (int64_t c = 0; c < C; c += 16) {
-    const v16 kc = ld16(k + c);
-    v16 a1 = ld16(s1 + c), a2 = ld16(s2 + c);
+    const simd::vec<16> kc = simd::load<16>(k + c);
+    simd::vec<16> a1 = simd::load<16>(s1 + c), a2 = simd::load<16>(s2 + c);
     for (int64_t m = m0; m < m1; ++m) {
-      const v16 v = ld16(x + m * C + c) - kc;
+      const simd::vec<16> v = simd::load<16>(x + m * C + c) - kc;
       a1 += v;
       a2 += v * v;
     }
-    st16(s1 + c, a1);
-    st16(s2 + c, a2);
+    simd::store<16>(s1 + c, a1);
+    simd::store<16>(s2 + c, a2);
   }
 }
 
@@ -41,8 +41,8 @@ inline __attribute__((always_inline)) void forward_rows(const T* x, const float*
                                                         const float* slope, T* y, int64_t m0, int64_t m1, int64_t C) {
   for (int64_t m = m0; m < m1; ++m)
     for (int64_t c = 0; c < C; c += 16) {
-      const v16 z = ld16(x + m * C + c) * ld16(scale + c) + ld16(shift + c);
-      st16(y + m * C + c, z > 0.f ? z : z * ld16(slope + c));
+      const simd::vec<16> z = simd::load<16>(x + m * C + c) * simd::load<16>(scale + c) + simd::load<16>(shift + c);
+      simd::store<16>(y + m * C + c, z > 0.f ? z : z * simd::load<16>(slope + c));
     }
 }
 
@@ -52,20 +52,20 @@ inline __attribute__((always_inline)) void reduce_rows(const T* g, const T* x, c
                                                        const float* slope, const float* mean, float* s1, float* s2,
                                                        float* sa, int64_t m0, int64_t m1, int64_t C) {
   for (int64_t c = 0; c < C; c += 16) {
-    const v16 sc = ld16(scale + c), sh = ld16(shift + c), a = ld16(slope + c), mu = ld16(mean + c);
-    v16 a1 = ld16(s1 + c), a2 = ld16(s2 + c), aa = ld16(sa + c);
+    const simd::vec<16> sc = simd::load<16>(scale + c), sh = simd::load<16>(shift + c), a = simd::load<16>(slope + c), mu = simd::load<16>(mean + c);
+    simd::vec<16> a1 = simd::load<16>(s1 + c), a2 = simd::load<16>(s2 + c), aa = simd::load<16>(sa + c);
     for (int64_t m = m0; m < m1; ++m) {
-      const v16 v = ld16(x + m * C + c), d = ld16(g + m * C + c);
-      const v16 z = v * sc + sh;
+      const simd::vec<16> v = simd::load<16>(x + m * C + c), d = simd::load<16>(g + m * C + c);
+      const simd::vec<16> z = v * sc + sh;
       const auto pos = z > 0.f;
-      const v16 dz = pos ? d : d * a;
+      const simd::vec<16> dz = pos ? d : d * a;
       a1 += dz;
       a2 += dz * (v - mu);
-      aa += pos ? v16{} : d * z;
+      aa += pos ? simd::vec<16>{} : d * z;
     }
-    st16(s1 + c, a1);
-    st16(s2 + c, a2);
-    st16(sa + c, aa);
+    simd::store<16>(s1 + c, a1);
+    simd::store<16>(s2 + c, a2);
+    simd::store<16>(sa + c, aa);
   }
 }
 
@@ -77,10 +77,10 @@ inline __attribute__((always_inline)) void input_grad_rows(const T* g, const T* 
                                                            int64_t m0, int64_t m1, int64_t C) {
   for (int64_t m = m0; m < m1; ++m)
     for (int64_t c = 0; c < C; c += 16) {
-      const v16 v = ld16(x + m * C + c), d = ld16(g + m * C + c);
-      const v16 z = v * ld16(scale + c) + ld16(shift + c);
-      const v16 dz = z > 0.f ? d : d * ld16(slope + c);
-      st16(dx + m * C + c, dz * ld16(k1 + c) + (v - ld16(mean + c)) * ld16(k2 + c) + ld16(k3 + c));
+      const simd::vec<16> v = simd::load<16>(x + m * C + c), d = simd::load<16>(g + m * C + c);
+      const simd::vec<16> z = v * simd::load<16>(scale + c) + simd::load<16>(shift + c);
+      const simd::vec<16> dz = z > 0.f ? d : d * simd::load<16>(slope + c);
+      simd::store<16>(dx + m * C + c, dz * simd::load<16>(k1 + c) + (v - simd::load<16>(mean + c)) * simd::load<16>(k2 + c) + simd::load<16>(k3 + c));
     }
 }
 

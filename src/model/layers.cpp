@@ -2,7 +2,7 @@
 #include "model/hooks.h"
 #include "model/bn_prelu.h"
 #include "model/phased_depthwise.h"
-#include "model/vec16.h"
+#include "core/simd.h"
 
 #include "lightseg/features.h"
 #include "core/isa.h"
@@ -35,14 +35,14 @@ namespace {
 
 // x and g viewed as [rows][C] (channels_last) or [N][C][P] (NCHW), computed in float.
 // Channels_last with C a multiple of 16 (every PReLU of the default network) runs 16
-// channels at a time (src/model/vec16.h); the rest element by element.
+// channels at a time (src/core/simd.h); the rest element by element.
 template <class T>
 inline __attribute__((always_inline)) void prelu_rows_fwd(const T* x, const float* w, T* y, int64_t m0, int64_t m1,
                                                           int64_t C) {
   for (int64_t m = m0; m < m1; ++m)
     for (int64_t c = 0; c < C; c += 16) {
-      const v16 v = ld16(x + m * C + c), s = ld16(w + c);
-      st16(y + m * C + c, v > 0.f ? v : v * s);
+      const simd::vec<16> v = simd::load<16>(x + m * C + c), s = simd::load<16>(w + c);
+      simd::store<16>(y + m * C + c, v > 0.f ? v : v * s);
     }
 }
 
@@ -51,15 +51,15 @@ template <class T>
 inline __attribute__((always_inline)) void prelu_rows_bwd(const T* g, const T* x, const float* w, T* dx, float* acc,
                                                           int64_t m0, int64_t m1, int64_t C) {
   for (int64_t c = 0; c < C; c += 16) {
-    const v16 s = ld16(w + c);
-    v16 a = ld16(acc + c);
+    const simd::vec<16> s = simd::load<16>(w + c);
+    simd::vec<16> a = simd::load<16>(acc + c);
     for (int64_t m = m0; m < m1; ++m) {
-      const v16 v = ld16(x + m * C + c), d = ld16(g + m * C + c);
+      const simd::vec<16> v = simd::load<16>(x + m * C + c), d = simd::load<16>(g + m * C + c);
       const auto pos = v > 0.f;
-      st16(dx + m * C + c, pos ? d : d * s);
-      a += pos ? v16{} : d * v;
+      simd::store<16>(dx + m * C + c, pos ? d : d * s);
+      a += pos ? simd::vec<16>{} : d * v;
     }
-    st16(acc + c, a);
+    simd::store<16>(acc + c, a);
   }
 }
 

@@ -35,6 +35,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/simd.h"  // the one SIMD helper set (outside the target region: always inlined)
 #include "infer/onednn/analysis.h"
 #include "infer/onednn/blocked.h"
 

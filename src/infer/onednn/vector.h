@@ -1,5 +1,5 @@
-// One channel block of one pixel as a vector (`vb`: GCC/Clang vector extension), its loads,
-// stores and bf16 conversions.
+// One channel block of one pixel as a vector (`vb`), bound to the one SIMD helper set
+// (src/core/simd.h); the plans' tile helpers built on it.
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
@@ -13,29 +13,16 @@
 
 constexpr int64_t kTile = 64;  // pixels per tile: 64×16 floats stay in L1
 
-// 16 floats: one channel block of one pixel (GCC/Clang vector extension; one zmm register in
-// a 16-lane plan, one ymm in an 8-lane one). The helpers are always inlined into the
-// kernels, so the ABI note GCC gives for 64-byte vector returns does not apply.
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float vb __attribute__((vector_size(kBlock * 4)));
-typedef float vbu __attribute__((vector_size(kBlock * 4), aligned(4)));
-inline __attribute__((always_inline)) vb load(const float* p) { return *reinterpret_cast<const vbu*>(p); }
-inline __attribute__((always_inline)) void store(float* p, vb v) { *reinterpret_cast<vbu*>(p) = v; }
-// 16 floats → 16 bf16, rounded to nearest even (activations are finite).
-typedef uint32_t vbi __attribute__((vector_size(kBlock * 4)));
-typedef uint16_t vbh __attribute__((vector_size(kBlock * 2)));
-typedef uint16_t vbhu __attribute__((vector_size(kBlock * 2), aligned(2)));
-inline __attribute__((always_inline)) void store_bf16(uint16_t* p, vb v) {
-  vbi u = (vbi)v;  // a bit cast (same-size vector types)
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  *reinterpret_cast<vbhu*>(p) = __builtin_convertvector(u, vbh);
-}
-inline __attribute__((always_inline)) vb load(const uint16_t* p) {  // 16 bf16 → 16 floats
-  const vbi u = __builtin_convertvector(*reinterpret_cast<const vbhu*>(p), vbi) << 16;
-  return (vb)u;
-}
+// One channel block of one pixel: kBlock floats (one zmm register in a 16-lane plan, one ymm
+// in an 8-lane one). The helpers are src/core/simd.h's, bound to this width.
+typedef simd::vec<kBlock> vb;
+typedef simd::Lanes<kBlock>::u16 vbh;
+typedef simd::Lanes<kBlock>::u16_unaligned vbhu;
+inline __attribute__((always_inline)) vb load(const float* p) { return simd::load<kBlock>(p); }
+inline __attribute__((always_inline)) void store(float* p, vb v) { simd::store<kBlock>(p, v); }
+// kBlock floats → kBlock bf16, rounded to nearest even (activations are finite).
+inline __attribute__((always_inline)) void store_bf16(uint16_t* p, vb v) { simd::store<kBlock>(p, v); }
+inline __attribute__((always_inline)) vb load(const uint16_t* p) { return simd::load<kBlock>(p); }  // bf16 → floats
 // Loads of a kernel's input: floats as they are; bf16 with AVX-512 (the *_bf16 kernels, built
 // for AVX-512 only: bf16 plans need AVX512-BF16) as vpmovzxwd + vpslld. GCC 12 lowers the
 // generic conversion (load(const uint16_t*)) to five instructions per vector, which took
@@ -53,13 +40,7 @@ void load_tile_bf16(vb* t, const uint16_t* s, int64_t np, bool add) {
   for (int64_t i = 0; i < np; ++i) t[i] = add ? t[i] + load(s + i * kBlock) : load(s + i * kBlock);
 }
 #endif
-inline __attribute__((always_inline)) float scalar(const float* p) { return *p; }
-inline __attribute__((always_inline)) float scalar(const uint16_t* p) {
-  const uint32_t u = static_cast<uint32_t>(*p) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using simd::scalar;  // one element of a float or bf16 view as a float
 // t[i] += v(pixel p + i of block g of image n), for f32 or bf16 views; C == 1 views broadcast lane 0.
 template <class T>
 inline __attribute__((always_inline)) void accumulate(vb* t, const T* q, int64_t np, bool broadcast) {
