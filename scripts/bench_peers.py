@@ -3,7 +3,8 @@
 
 The same network and weights (models/camvid.lsw; the ONNX peers run `lightseg export` of it),
 the same machine and thread count, batch 1. Contenders: lightseg's default (`auto`) and each
-backend (onednn, fused, eager; bf16 where the CPU has AVX512-BF16/AMX), PyTorch eager
+backend (onednn, fused, eager; bf16 where the CPU has AVX512-BF16/AMX; int8 where it has
+AVX512-VNNI and the weights an int8 calibration: `lightseg calibrate`), PyTorch eager
 (bench/pytorch_reference.py), ONNX Runtime's CPU execution provider (bench/peers/ort_bench.mjs)
 and OpenCV DNN (bench/peers/opencv_bench.py). Rounds alternate the contenders (shared machines
 drift by tens of percent from minute to minute); the table gives each one's median of its
@@ -99,6 +100,7 @@ def main():
         for b in ("onednn", "fused", "eager"):
             c[f"lightseg {b}"] = (lightseg(b), None)
         c["lightseg bf16"] = (lightseg("auto", "bf16"), None)
+        c["lightseg int8"] = (lightseg("auto", "int8"), None)  # needs AVX512-VNNI and calibrated weights
         if have_torch:
             c["PyTorch eager"] = (["/usr/bin/python3", os.path.join(ROOT, "bench", "pytorch_reference.py"), "--threads",
                                    str(a.threads), "--iters", str(a.iters), "--weights", a.weights, "--json"], "--size")
@@ -169,11 +171,12 @@ def agreement(a, env, tmp, onnx, c, res, have_torch, have_ort):
     x.tofile(inp)
     labels = {}
     for name in [n for n in c if n.startswith("lightseg")]:
-        backend = "auto" if "auto" in name or "bf16" in name else name.split()[1]
+        backend = "auto" if "auto" in name or "bf16" in name or "int8" in name else name.split()[1]
         out = os.path.join(tmp, "ids_" + name.replace(" ", "_").replace("(", "").replace(")", ""))
         cmd = [a.bin, "segment", EXAMPLE, "--weights", a.weights, "--format", "ids", "--out", out, "--backend", backend]
-        if "bf16" in name:
-            cmd += ["--precision", "bf16"]
+        for p in ("bf16", "int8"):
+            if p in name:
+                cmd += ["--precision", p]
         if subprocess.run(cmd, capture_output=True, env=env).returncode == 0:
             labels[name] = cv2.imread(os.path.join(out, "0016E5_07959.png"), cv2.IMREAD_UNCHANGED)
     peers = {"PyTorch eager": have_torch and ["/usr/bin/python3", os.path.join(ROOT, "bench", "pytorch_reference.py"),

@@ -465,3 +465,121 @@ TEST(Engine, WinogradConvolutionsMatchTheTrainingGraph) {
     }
   }
 }
+
+namespace {
+
+// The int8 oneDNN engine of calibrated weights, or null (with the reason) where this build or
+// CPU has none.
+std::unique_ptr<InferenceEngine> int8_engine(const Network& net, const ModelMeta& meta, std::string* why) {
+  if (!cpu_int8_inference_available()) {
+    *why = "no int8 inference on this CPU/build (needs onednn and AVX512-VNNI)";
+    return nullptr;
+  }
+  EngineOptions o;
+  o.dtype = torch::kQInt8;
+  return make_engine(net, meta, o);  // "auto" is onednn for int8
+}
+
+}  // namespace
+
+TEST(Engine, Int8KeepsTheLabelsOfTheShippedWeights) {
+  // Calibrated on two of the bundled CamVid images, int8 dense convolutions keep ≥ 98 % of the
+  // training graph's labels on all three (the third unseen by the calibration).
+  const std::string dir = std::string(LIGHTSEG_SOURCE_DIR) + "/examples/";
+  ModelMeta meta;
+  Network net = load_network(std::string(LIGHTSEG_SOURCE_DIR) + "/models/camvid.lsw", &meta);
+  std::vector<torch::Tensor> xs;
+  for (const char* name : {"0016E5_07959.png", "0016E5_08057.png", "0016E5_08157.png"})
+    xs.push_back(to_rgb_chw_float(read_image_file(dir + name)).unsqueeze(0));
+  calibrate_int8(net, meta, {xs[0], xs[1]}, "two bundled images");
+  EXPECT_FALSE(meta.int8_absmax.empty());
+  std::string why;
+  auto engine = int8_engine(net, meta, &why);
+  if (!engine) GTEST_SKIP() << why;
+  EXPECT_EQ(engine->backend(), "onednn-int8");
+  auto f32 = make_engine(net, meta, {"onednn"});
+  for (const auto& x : xs) {
+    auto ref = reference(net, meta, x);
+    auto got = engine->logits(x);
+    ASSERT_EQ(got.sizes(), ref.sizes());
+    std::printf("  int8 on the shipped weights: labels %.5f, max |logit diff| %.3f\n", agreement(got, ref),
+                max_diff(got, ref));
+    EXPECT_GE(agreement(got, ref), 0.98);
+    EXPECT_TRUE(engine->labels(x).equal(got.argmax(1)));
+    // int8 rounding shows: not float32 in disguise
+    EXPECT_GT(max_diff(got, f32->logits(x)), 1e-3);
+  }
+}
+
+TEST(Engine, Int8HandlesEveryConfigurationAndSize) {
+  // The int8 copies are written by our passes (NHWC, partial channel blocks) or by reorders;
+  // the NHWC results of oneDNN's int8 kernels are read back by the passes: logits stay close to
+  // float32 for every configuration, odd channel counts and sizes included.
+  NetworkConfig res;
+  res.stage2 = {2, FELayerType::ResNet, {2, 4}};
+  res.spatial_attention = false;
+  for (const auto& cfg : {NetworkConfig{}, unaligned_config(), res}) {
+    auto net = random_net(cfg, 9);
+    ModelMeta meta = ModelMeta::generic(cfg.num_classes);
+    calibrate_int8(net, meta, {images(2, 96, 128, 5)}, "random images");
+    std::string why;
+    auto engine = int8_engine(net, meta, &why);
+    if (!engine) GTEST_SKIP() << why;
+    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {2 * 90, 2 * 120}}) {
+      auto x = images(1, h, w);
+      auto ref = reference(net, meta, x);
+      auto got = engine->logits(x);
+      ASSERT_EQ(got.sizes(), ref.sizes());
+      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
+      std::printf("  int8 c0=%lld %4lldx%-4lld labels %.5f  max |logit diff| %.2e (logits up to %.1f)\n",
+                  static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
+                  agreement(got, ref), d, scale);
+      EXPECT_GE(agreement(got, ref), 0.9);
+      EXPECT_LT(d, 0.1 * scale);
+    }
+  }
+}
+
+TEST(Engine, Int8IsRefusedWithAReason) {
+  // Uncalibrated weights, or a CPU (or LIGHTSEG_MAX_ISA cap) without AVX512-VNNI: a clear
+  // std::invalid_argument, never a silent fallback. Int8 is the CPU's only.
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::generic(NetworkConfig{}.num_classes);
+  EngineOptions o;
+  o.dtype = torch::kQInt8;
+  try {
+    make_engine(net, meta, o);
+    FAIL() << "int8 without a calibration ran";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(cpu_int8_inference_available() ? m.find("lightseg calibrate") != std::string::npos
+                                               : m.find("VNNI") != std::string::npos)
+        << m;
+  }
+  calibrate_int8(net, meta, {images(1, 64, 64)}, "random images");
+  if (!cpu_int8_inference_available()) {
+    EXPECT_THROW(make_engine(net, meta, o), std::invalid_argument);
+  }
+  o.backend = "fused";
+  EXPECT_THROW(make_engine(net, meta, o), std::invalid_argument);
+}
+
+TEST(Engine, Int8CalibrationSurvivesTheWeightsFile) {
+  auto net = random_net();
+  ModelMeta meta = ModelMeta::generic(NetworkConfig{}.num_classes);
+  calibrate_int8(net, meta, {images(1, 64, 64)}, "one random image");
+  const std::string path = testing::TempDir() + "int8_meta.lsw";
+  save_network(path, net, meta);
+  ModelMeta back;
+  load_network(path, &back);
+  EXPECT_EQ(back.int8_absmax, meta.int8_absmax);
+  EXPECT_EQ(back.int8_calibration, "one random image");
+  // every dense convolution's input has a bound, keyed by the folded network's value names
+  const auto f = fuse_network(net, back);
+  ASSERT_EQ(f.act_absmax.size(), static_cast<size_t>(f.num_values));
+  for (size_t i = 1; i < f.ops.size(); ++i)
+    if (f.ops[i].kind == FusedOp::Kind::Conv && f.ops[i].groups == 1) EXPECT_GT(f.act_absmax[f.ops[i].in[0]], 0.f);
+  // a bound that is not a positive number is refused when the file is read
+  EXPECT_THROW(ModelMeta::from_json_string(R"({"int8": {"absmax": {"init.conv2": -1}}})"), std::invalid_argument);
+  std::remove(path.c_str());
+}

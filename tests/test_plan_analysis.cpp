@@ -160,3 +160,42 @@ TEST(PlanAnalysis, LiveTapsDropOnlyPaddingReads) {
   EXPECT_EQ(t.count, 1);
   EXPECT_EQ(t.padding, 0);
 }
+
+TEST(PlanAnalysis, Int8RunsTheDenseConvolutionsButTheFirstOnCalibratedInputs) {
+  auto f = fused(NetworkConfig{});
+  const auto sizes = f.value_sizes(360, 480);
+  PlanAnalysis a = analyse_plan(f, sizes, 16, false);
+  // Before analyse_int8: sized, and nothing in int8.
+  ASSERT_EQ(a.int8_conv.size(), f.ops.size());
+  ASSERT_EQ(a.need_q8.size(), static_cast<size_t>(f.num_values));
+  for (size_t i = 0; i < f.ops.size(); ++i) EXPECT_FALSE(a.int8_conv[i]);
+  // No calibration: refused, naming the command that makes one.
+  try {
+    lightseg::onednn::analyse_int8(f, a);
+    ADD_FAILURE() << "int8 analysed without a calibration";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("lightseg calibrate"), std::string::npos) << e.what();
+  }
+  f.act_absmax.assign(f.num_values, 0.f);
+  for (int64_t v = 0; v < f.num_values; ++v) f.act_absmax[v] = 1.f + static_cast<float>(v);
+  lightseg::onednn::analyse_int8(f, a);
+  int n_int8 = 0;
+  for (size_t i = 0; i < f.ops.size(); ++i) {
+    const auto& op = f.ops[i];
+    const bool dense = op.kind == FusedOp::Kind::Conv && op.groups == 1 && !a.single_channel[i];
+    const bool first = !op.in.empty() && op.in[0] == f.ops[0].out;
+    EXPECT_EQ(a.int8_conv[i], dense && !first) << op.name;
+    if (!a.int8_conv[i]) continue;
+    ++n_int8;
+    EXPECT_TRUE(a.need_q8[op.in[0]]) << op.name;
+    EXPECT_FLOAT_EQ(a.q8_scale[op.in[0]], f.act_absmax[op.in[0]] / 127.f) << op.name;
+  }
+  EXPECT_GT(n_int8, 5);
+  // What the f32 graph still reads is stored; the output always.
+  EXPECT_TRUE(a.stored[f.output]);
+  for (size_t i = 0; i < f.ops.size(); ++i)
+    for (int v : f.ops[i].add) EXPECT_TRUE(a.stored[v]) << f.ops[i].name;
+  // A bound that is not a positive number is refused.
+  f.act_absmax[f.ops[op_index(f, "decoder.pw3")].in[0]] = 0.f;
+  EXPECT_THROW(lightseg::onednn::analyse_int8(f, a), std::invalid_argument);
+}

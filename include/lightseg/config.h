@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,12 @@ struct ModelMeta {
   std::array<float, 3> std{58.395f, 57.12f, 57.375f};
   int ignore_index = 255;          // label value ignored in loss and metrics
   std::string dataset;             // free text, e.g. "camvid"
+  // int8 inference (EngineOptions::dtype = kQInt8): a bound of |x| for the input of every dense
+  // convolution, by the name of the operation of the folded network that produces it
+  // (`lightseg calibrate` measures them on training images); empty: not calibrated.
+  // `int8_calibration` says how ("32 images of camvid train, 99.99th percentile of |x|").
+  std::map<std::string, float> int8_absmax;
+  std::string int8_calibration;
 
   std::string to_json_string(int indent = -1) const;
   static ModelMeta from_json_string(const std::string& text, const std::string& what = "model meta");

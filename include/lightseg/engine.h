@@ -11,7 +11,8 @@
 //   onednn  the same list compiled once per input shape into oneDNN primitives with
 //           prepacked weights, reused buffers and fused epilogues (CPU, when built with
 //           libdnnl); the fastest on CPU, so "auto" picks it there, "fused" elsewhere.
-//           With dtype kBFloat16 its dense convolutions run in bf16 ("onednn-bf16").
+//           With dtype kBFloat16 its dense convolutions run in bf16 ("onednn-bf16"), with
+//           kQInt8 in int8 ("onednn-int8"; weights calibrated by `lightseg calibrate`).
 //           The first call at a new input size builds that size's plan (~0.2 s); an engine
 //           keeps up to 4 plans, each with its buffers (~30 MB at 360×480, batch 1).
 //
@@ -50,7 +51,9 @@ struct EngineOptions {
   // Compute type (logits are always returned as float32): on CUDA, of the fused backend:
   // kFloat32, kHalf or kBFloat16. On the CPU: kFloat32, or kBFloat16 with the onednn
   // backend on CPUs with AVX512-BF16/AMX (dense convolutions in bf16 with f32 accumulation,
-  // ~2× their f32 speed; labels agree with float32 on ~99.95% of CamVid val pixels).
+  // ~2× their f32 speed; labels agree with float32 on ~99.95% of CamVid val pixels), or kQInt8
+  // with the onednn backend on CPUs with AVX512-VNNI: dense convolutions in int8 (per-channel
+  // weight scales, activation scales from the weights' calibration, ModelMeta::int8_absmax).
   torch::ScalarType dtype = torch::kFloat32;
   bool cuda_graphs = true;  // fused on CUDA: capture once per input shape (the last 4 kept), then replay
   bool profile = false;     // time every step (onednn; InferenceEngine::profile())
@@ -77,11 +80,22 @@ double measure_peak_macs(torch::Device device = torch::kCPU, torch::ScalarType d
 std::vector<std::string> available_backends(torch::Device device = torch::kCPU);
 // Whether EngineOptions::dtype = kBFloat16 works on this CPU (onednn backend, AVX512-BF16/AMX).
 bool cpu_bf16_inference_available();
+// Whether EngineOptions::dtype = kQInt8 works on this CPU (onednn backend, AVX512-VNNI), given
+// calibrated weights.
+bool cpu_int8_inference_available();
 // False when the library was built without libdnnl.
 bool onednn_available();
 // What the onednn backend's plans run on this CPU, e.g. "nChw8c plans on oneDNN's avx2 kernels"
 // ("" without onednn).
 std::string onednn_plan_description();
+
+// int8 calibration: a bound of |x| for the input of every dense convolution, measured on
+// `images` (each N×3×H×W float RGB 0..255, at the size inference will see) as the largest over
+// the images of the `quantile` of |x| in one image, stored in meta.int8_absmax (replacing any
+// earlier one) with `how` in meta.int8_calibration. Save the weights with that meta
+// (save_network) and EngineOptions::dtype = kQInt8 runs them (`lightseg calibrate`).
+void calibrate_int8(const Network& net, ModelMeta& meta, const std::vector<torch::Tensor>& images,
+                    const std::string& how, double quantile = 0.9999);
 
 // Multiply-accumulates of one h×w image through the network as the engines run it (the
 // folded operation list), with o.scales and o.flip: every pass at its own size.

@@ -2,6 +2,7 @@
 #include "core/json_io.h"
 #include "core/json_number.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -170,9 +171,11 @@ NetworkConfig NetworkConfig::from_file(const std::string& path) {
 json to_json(const ModelMeta& m) {
   json pal = json::array();
   for (const auto& c : m.palette) pal.push_back({c[0], c[1], c[2]});
-  return json{{"arch", m.arch}, {"classes", m.class_names}, {"palette", pal},
-              {"mean", m.mean}, {"std", m.std}, {"ignore_index", m.ignore_index},
-              {"dataset", m.dataset}};
+  json j{{"arch", m.arch}, {"classes", m.class_names}, {"palette", pal},
+         {"mean", m.mean}, {"std", m.std}, {"ignore_index", m.ignore_index},
+         {"dataset", m.dataset}};
+  if (!m.int8_absmax.empty()) j["int8"] = json{{"calibration", m.int8_calibration}, {"absmax", m.int8_absmax}};
+  return j;
 }
 
 static std::array<float, 3> three_floats(const json& v, const std::string& what) {
@@ -211,6 +214,16 @@ ModelMeta model_meta_from_json(const json& j) {
       if (!(x > 0)) throw std::invalid_argument("std entries must be > 0 (the input is divided by them)");
     if (j.contains("ignore_index")) m.ignore_index = json_number<int>(j.at("ignore_index"), "ignore_index");
     if (j.contains("dataset")) m.dataset = j.at("dataset").get<std::string>();
+    if (j.contains("int8")) {
+      const json& q = j.at("int8");
+      if (q.contains("calibration")) m.int8_calibration = q.at("calibration").get<std::string>();
+      for (const auto& [name, v] : q.at("absmax").items()) {
+        const float b = json_number<float>(v, "int8 absmax of " + name);
+        if (!(b > 0) || !std::isfinite(b))
+          throw std::invalid_argument("int8 absmax of " + name + " must be a finite number > 0");
+        m.int8_absmax[name] = b;
+      }
+    }
   } catch (const json::exception& e) {
     throw std::invalid_argument(std::string("model metadata: ") + e.what());
   }

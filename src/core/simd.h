@@ -32,6 +32,8 @@ struct Lanes {
   typedef uint32_t u32 __attribute__((vector_size(N * 4)));
   typedef uint16_t u16 __attribute__((vector_size(N * 2)));
   typedef uint16_t u16_unaligned __attribute__((vector_size(N * 2), aligned(2)));
+  typedef int32_t i32 __attribute__((vector_size(N * 4)));
+  typedef int8_t i8 __attribute__((vector_size(N)));
 };
 template <int N>
 using vec = typename Lanes<N>::f32;
@@ -63,6 +65,21 @@ LIGHTSEG_SIMD_INLINE void store(T* p, vec<N> v) {
     u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     *reinterpret_cast<typename Lanes<N>::u16_unaligned*>(p) = __builtin_convertvector(u, typename Lanes<N>::u16);
   }
+}
+
+// N floats quantized to int8 (int8 plans): round(v · inv_scale) clamped to ±127 (symmetric,
+// ties away from zero), the first `lanes` of them stored at p (lanes < N: a partial block).
+template <int N>
+LIGHTSEG_SIMD_INLINE void store_s8(int8_t* p, vec<N> v, float inv_scale, int lanes) {
+  vec<N> r = v * inv_scale;
+  r = r > 127.f ? vec<N>{} + 127.f : r;
+  r = r < -127.f ? vec<N>{} - 127.f : r;
+  r += r >= 0.f ? vec<N>{} + 0.5f : vec<N>{} - 0.5f;
+  const auto q = __builtin_convertvector(__builtin_convertvector(r, typename Lanes<N>::i32), typename Lanes<N>::i8);
+  if (lanes == N)
+    std::memcpy(p, &q, N);
+  else
+    std::memcpy(p, &q, static_cast<size_t>(lanes));
 }
 
 // One element as a float (bf16 storage widened).

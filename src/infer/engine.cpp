@@ -168,19 +168,39 @@ std::vector<std::string> available_backends(torch::Device device) {
 }
 
 bool cpu_bf16_inference_available() { return onednn_bf16_available(); }
+bool cpu_int8_inference_available() { return onednn_int8_available(); }
+
+void calibrate_int8(const Network& net, ModelMeta& meta, const std::vector<torch::Tensor>& images,
+                    const std::string& how, double quantile) {
+  ModelMeta plain = meta;
+  plain.int8_absmax.clear();
+  const FusedNetwork f = to(fuse_network(net, plain), torch::kCPU);
+  std::vector<torch::Tensor> cpu;
+  for (const auto& x : images) {
+    if (x.dim() != 4 || x.size(1) != 3)
+      throw std::invalid_argument("int8 calibration: images must be N×3×H×W, got " + c10::str(x.sizes()));
+    cpu.push_back(x.to(torch::kCPU, torch::kFloat32).contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+  meta.int8_absmax = int8_activation_bounds(f, cpu, quantile);
+  meta.int8_calibration = how;
+}
 
 namespace {
 
 std::unique_ptr<InferenceEngine> make_plain_engine(const Network& net, const ModelMeta& meta, const EngineOptions& o) {
   std::string backend = o.backend;
-  if (backend == "auto")  // measured fastest first; bf16 on the CPU is onednn's alone
-    backend = o.device.is_cpu() && o.dtype == torch::kBFloat16 ? "onednn" : available_backends(o.device).front();
+  const bool low = o.dtype == torch::kBFloat16 || o.dtype == torch::kQInt8;
+  if (backend == "auto")  // measured fastest first; bf16 and int8 on the CPU are onednn's alone
+    backend = o.device.is_cpu() && low ? "onednn" : available_backends(o.device).front();
+  if (o.dtype == torch::kQInt8 && !o.device.is_cpu())
+    throw std::invalid_argument("int8 inference runs on the CPU only (onednn backend)");
   if (o.device.is_cpu() && o.dtype != torch::kFloat32) {
-    if (o.dtype != torch::kBFloat16)
-      throw std::invalid_argument(std::string("the CPU backends compute in float32 or (onednn) bfloat16, not ") +
+    if (!low)
+      throw std::invalid_argument(std::string("the CPU backends compute in float32 or (onednn) bfloat16 or int8, not ") +
                                   c10::toString(o.dtype));
     if (backend != "onednn")
-      throw std::invalid_argument("bfloat16 on the CPU needs the onednn backend (asked for '" + backend + "')");
+      throw std::invalid_argument(std::string(o.dtype == torch::kQInt8 ? "int8" : "bfloat16") +
+                                  " on the CPU needs the onednn backend (asked for '" + backend + "')");
   }
   if (backend == "eager") {
     if (o.dtype != torch::kFloat32) throw std::invalid_argument("the eager backend computes in float32 only");
@@ -193,7 +213,7 @@ std::unique_ptr<InferenceEngine> make_plain_engine(const Network& net, const Mod
       throw std::invalid_argument("this build has no onednn backend (libdnnl-dev was not found at configure time)");
     // one plan per scale of test-time augmentation, so that its passes do not rebuild them
     return make_onednn_engine(fuse_network(net, meta), o.dtype == torch::kBFloat16, o.profile,
-                              std::max<size_t>(4, o.scales.size()));
+                              std::max<size_t>(4, o.scales.size()), o.dtype == torch::kQInt8);
   }
   throw std::invalid_argument("unknown inference backend '" + backend + "' (expected auto, eager, fused or onednn)");
 }

@@ -264,6 +264,12 @@ FusedNetwork fuse_network(const Network& net_in, const ModelMeta& meta) {
   }
   int logits = b.plain("decoder.pw6", d->pw6, F);
   f.output = b.simple(FusedOp::Kind::Resize, "decoder.up4", {logits}, f.channels[logits], -1);
+  if (!meta.int8_absmax.empty()) {
+    const auto names = value_names(f);
+    f.act_absmax.assign(static_cast<size_t>(f.num_values), 0.f);
+    for (int v = 0; v < f.num_values; ++v)
+      if (auto it = meta.int8_absmax.find(names[v]); it != meta.int8_absmax.end()) f.act_absmax[v] = it->second;
+  }
   return f;
 }
 
@@ -331,7 +337,8 @@ static torch::Tensor apply_act(torch::Tensor y, const FusedOp& op) {
 using fusion::apply_act;
 using fusion::channel_view;
 
-torch::Tensor run_fused(const FusedNetwork& f, const torch::Tensor& images) {
+torch::Tensor run_fused(const FusedNetwork& f, const torch::Tensor& images,
+                        const std::function<void(int, const torch::Tensor&)>& observe) {
   if (images.dim() != 4 || images.size(1) != f.channels[f.input])
     throw std::invalid_argument("fused network input must be N×" + std::to_string(f.channels[f.input]) +
                                 "×H×W, got " + c10::str(images.sizes()));
@@ -398,6 +405,7 @@ torch::Tensor run_fused(const FusedNetwork& f, const torch::Tensor& images) {
       }
     }
     v[op.out] = y;
+    if (observe) observe(op.out, y);
     for (int u : op.in)
       if (last[u] == i && u != f.output) v[u] = torch::Tensor();
     for (int u : op.add)
@@ -405,6 +413,44 @@ torch::Tensor run_fused(const FusedNetwork& f, const torch::Tensor& images) {
     if (op.residual >= 0 && last[op.residual] == i) v[op.residual] = torch::Tensor();
   }
   return v[f.output];
+}
+
+std::vector<std::string> value_names(const FusedNetwork& f) {
+  std::vector<std::string> names(static_cast<size_t>(f.num_values));
+  std::map<std::string, int> seen;
+  names[f.input] = "input";
+  for (const auto& op : f.ops) {
+    const int k = ++seen[op.name];
+    names[op.out] = k == 1 ? op.name : op.name + "#" + std::to_string(k);
+  }
+  return names;
+}
+
+std::map<std::string, float> int8_activation_bounds(const FusedNetwork& f, const std::vector<torch::Tensor>& images,
+                                            double quantile) {
+  if (images.empty()) throw std::invalid_argument("int8 calibration needs at least one image");
+  if (!(quantile > 0 && quantile <= 1)) throw std::invalid_argument("int8 calibration: quantile must be in (0, 1]");
+  std::vector<bool> want(static_cast<size_t>(f.num_values), false);
+  for (size_t i = 1; i < f.ops.size(); ++i)
+    if (f.ops[i].kind == FusedOp::Kind::Conv && f.ops[i].groups == 1) want[f.ops[i].in[0]] = true;
+  std::vector<float> bound(static_cast<size_t>(f.num_values), 0.f);
+  torch::NoGradGuard ng;
+  for (const auto& batch : images) {
+    for (int64_t n = 0; n < batch.size(0); ++n) {
+      run_fused(f, batch.slice(0, n, n + 1), [&](int v, const torch::Tensor& y) {
+        if (!want[v]) return;
+        auto a = y.detach().abs().flatten().to(torch::kFloat32);
+        const int64_t k = std::max<int64_t>(1, std::min<int64_t>(a.numel(), static_cast<int64_t>(std::ceil(quantile * a.numel()))));
+        const float q = k == a.numel() ? a.max().item<float>() : std::get<0>(a.kthvalue(k)).item<float>();
+        bound[v] = std::max(bound[v], q);
+      });
+    }
+  }
+  const auto names = value_names(f);
+  std::map<std::string, float> r;
+  for (int v = 0; v < f.num_values; ++v)
+    if (want[v]) r[names[v]] = std::max(bound[v], 1e-6f);
+  return r;
 }
 
 }  // namespace lightseg

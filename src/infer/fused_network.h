@@ -21,6 +21,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,9 @@ struct FusedNetwork {
   int input = 0;                  // value 0: the image, N×3×H×W RGB 0..255
   int output = -1;                // N×K×H×W logits
   std::vector<FusedOp> ops;       // in execution order; ops[0] normalises the image (an Affine)
+  // int8 inference: per value, the calibrated bound of |x| (ModelMeta::int8_absmax; 0 where the
+  // calibration has none); empty without a calibration.
+  std::vector<float> act_absmax;
 
   // Spatial size (H, W) of every value for an h×w input.
   std::vector<std::array<int64_t, 2>> value_sizes(int64_t h, int64_t w) const;
@@ -66,7 +71,18 @@ FusedNetwork fuse_network(const Network& net, const ModelMeta& meta);
 
 // Runs the list with LibTorch ops. `images`: N×3×H×W float RGB 0..255 on the weights' device;
 // weights and images must share device and dtype (use to(...) first). Returns N×K×H×W logits.
-torch::Tensor run_fused(const FusedNetwork& f, const torch::Tensor& images);
+// `observe`, if given, sees every value as it is computed (value index, tensor).
+torch::Tensor run_fused(const FusedNetwork& f, const torch::Tensor& images,
+                        const std::function<void(int, const torch::Tensor&)>& observe = {});
+
+// Per value, the name ModelMeta::int8_absmax keys it by: the name of the operation that writes
+// it ("#2", "#3" … after a name that repeats); "input" for the image.
+std::vector<std::string> value_names(const FusedNetwork& f);
+// int8 calibration: per value, the largest over `images` (each N×3×H×W, 0..255) of the
+// `quantile` of |x| in one image (1: the maximum); only for the inputs of dense convolutions
+// (other values: 0). Keyed by value_names(f).
+std::map<std::string, float> int8_activation_bounds(const FusedNetwork& f, const std::vector<torch::Tensor>& images,
+                                            double quantile = 0.9999);
 
 // A copy with every tensor moved to `device` / `dtype` (4-D weights in channels_last).
 FusedNetwork to(const FusedNetwork& f, torch::Device device, torch::ScalarType dtype = torch::kFloat32);

@@ -34,6 +34,14 @@
 // by a oneDNN reorder after a oneDNN producer). Our kernels compute in f32 whatever they
 // read. The first convolution stays f32: rounding the normalised image costs the most
 // label agreement.
+//
+// int8 plans (EngineOptions::dtype = kQInt8, CPUs with AVX512-VNNI; onednn/int8_conv.h): the
+// same dense convolutions run in int8 instead, on weights quantized per output channel and
+// an int8 copy of their input quantized with the calibrated scale of that value
+// (ModelMeta::int8_absmax, `lightseg calibrate`). oneDNN 2.6's int8 kernels take NHWC only:
+// the producer's pass writes the int8 copy in NHWC (a reorder after other producers), the
+// convolution writes an NHWC f32 result, and a pass reads it back into the blocked value.
+// Values are stored as in the bf16 plans where the CPU has AVX512-BF16, else in f32.
 #include "infer/onednn_engine.h"
 
 #include <atomic>
@@ -54,12 +62,13 @@ namespace lightseg {
 
 bool onednn_available() { return false; }
 bool onednn_bf16_available() { return false; }
+bool onednn_int8_available() { return false; }
 int onednn_plan_block() { return 0; }
 std::string onednn_plan_description() { return ""; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
 void onednn_use_native_kernels(bool) {}
 void onednn_set_winograd(int) {}
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool, size_t) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool, size_t, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
 
@@ -99,6 +108,12 @@ bool onednn_bf16_available() {
   const auto isa = dnnl::get_effective_cpu_isa();
   return (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx) &&
          max_isa_level() >= IsaLevel::Avx512Bf16 && onednn_plan_block() == 16;
+}
+
+bool onednn_int8_available() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto vnni = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_vnni);
+  return (isa & vnni) == vnni && max_isa_level() >= IsaLevel::Avx512 && onednn_plan_block() == 16;
 }
 
 int onednn_plan_block() {
@@ -148,13 +163,21 @@ std::string onednn_unsuitable_reason() {
                                                  "its reference kernels would run");
 }
 
-std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans) {
+std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans,
+                                                    bool int8) {
   if (bf16 && max_isa_level() < IsaLevel::Avx512Bf16)
     throw std::invalid_argument(std::string("bf16 inference: LIGHTSEG_MAX_ISA=") + isa_level_name(max_isa_level()) +
                                 " excludes AVX512-BF16");
+  if (int8 && !onednn_int8_available())
+    throw std::invalid_argument(
+        std::string("int8 inference on the CPU needs AVX512-VNNI (oneDNN's int8 kernels of 16-channel plans); ") +
+        (max_isa_level() < IsaLevel::Avx512 ? std::string("LIGHTSEG_MAX_ISA=") + isa_level_name(max_isa_level()) +
+                                                  " excludes it"
+                                            : "this CPU has none") +
+        ": use fp32");
   if (std::string why = onednn_unsuitable_reason(); !why.empty()) throw BackendUnsuitable(why + ": use the fused backend");
-  return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, profile, max_plans)
-                                   : onednn::b8::make_blocked_engine(f, bf16, profile, max_plans);
+  return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, int8, profile, max_plans)
+                                   : onednn::b8::make_blocked_engine(f, bf16, int8, profile, max_plans);
 }
 
 #endif  // LIGHTSEG_HAVE_DNNL

@@ -25,12 +25,17 @@ class BackendUnsuitable : public std::runtime_error {
 };
 // True when onednn is available and the CPU has AVX512-BF16 or AMX (bf16 plans).
 bool onednn_bf16_available();
+// True when onednn is available with 16-channel plans and oneDNN has its AVX512-VNNI int8
+// kernels (int8 plans), within LIGHTSEG_MAX_ISA.
+bool onednn_int8_available();
 // Throws std::runtime_error when unavailable. bf16: dense convolutions in bf16 (f32
-// accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument). profile: time every
+// accumulation; needs AVX512-BF16 or AMX, else std::invalid_argument). int8: dense
+// convolutions in int8 (onednn/int8_conv.h; needs onednn_int8_available() and a calibration,
+// FusedNetwork::act_absmax, else std::invalid_argument). profile: time every
 // step (InferenceEngine::profile()). max_plans: the input shapes whose plans are kept at once
 // (a new one beyond them drops them all); test-time augmentation needs one per scale.
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool bf16 = false, bool profile = false,
-                                                    size_t max_plans = 4);
+                                                    size_t max_plans = 4, bool int8 = false);
 // Where a kernel has a native form (AVX-512: the register epilogues, the packed logits, the
 // vector argmax; AVX2: the register epilogues) and a portable one, false makes every plan use
 // the portable form from the next call on; for tests, so that the path other CPUs take stays

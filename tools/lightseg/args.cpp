@@ -62,10 +62,13 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
         break;
       case Opt::Precision:
         sub->add_option("--precision", a.precision,
-                        "Compute type: fp32, bf16 or fp16 (fp16: CUDA only; bf16 on the CPU: onednn backend, "
-                        "CPUs with AVX512-BF16 or AMX)")
+                        sub->get_name() == "train"
+                            ? "Compute type: auto, fp32 or bf16"
+                            : "Compute type: fp32, bf16, int8 or fp16 (fp16: CUDA only; bf16 on the CPU: onednn backend, "
+                              "CPUs with AVX512-BF16 or AMX; int8: onednn backend, CPUs with AVX512-VNNI, weights "
+                              "calibrated by `lightseg calibrate`)")
             ->check(sub->get_name() == "train" ? CLI::IsMember({"auto", "fp32", "bf16"})
-                                               : CLI::IsMember({"fp32", "fp16", "bf16"}))
+                                               : CLI::IsMember({"fp32", "fp16", "bf16", "int8"}))
             ->capture_default_str();
         break;
       case Opt::Onnx:
@@ -107,8 +110,9 @@ void add_options(CLI::App* sub, Args& a, const std::vector<Opt>& which) {
 c10::ScalarType precision_type(const std::string& p) {
   if (p == "fp16") return c10::ScalarType::Half;
   if (p == "bf16") return c10::ScalarType::BFloat16;
+  if (p == "int8") return c10::ScalarType::QInt8;
   if (p == "fp32") return c10::ScalarType::Float;
-  throw std::invalid_argument("precision must be fp32, bf16 or fp16, got '" + p + "'");
+  throw std::invalid_argument("precision must be fp32, bf16, int8 or fp16, got '" + p + "'");
 }
 
 EngineOptions engine_options(const Args& a) {

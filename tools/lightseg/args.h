@@ -60,6 +60,7 @@ void add_segment(CLI::App& app, Args& a);
 void add_serve(CLI::App& app, Args& a);
 void add_bench(CLI::App& app, Args& a);
 void add_export(CLI::App& app, Args& a);
+void add_calibrate(CLI::App& app, Args& a);
 // --weights or the shipped default; throws a clear error when neither exists.
 std::string resolve_weights(const std::string& given);
 

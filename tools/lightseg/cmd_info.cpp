@@ -124,8 +124,10 @@ void add_info(CLI::App& app, Args& a) {
                 params / 1e6, macs / 1e9);
     std::string backends;
     for (const auto& b : available_backends(torch::kCPU)) backends += (backends.empty() ? "" : ", ") + b;
-    std::printf("CPU inference backends (fastest first): %s; --precision bf16: %s\n", backends.c_str(),
-                cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)");
+    std::printf("CPU inference backends (fastest first): %s; --precision bf16: %s; int8: %s\n", backends.c_str(),
+                cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)",
+                cpu_int8_inference_available() ? "available (calibrated weights)"
+                                               : "not on this CPU/build (needs onednn and AVX512-VNNI)");
     if (onednn_available()) std::printf("onednn: %s\n", onednn_plan_description().c_str());
     std::printf("video and cameras: %s\n", video_support().c_str());
     std::string dist;

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   lightseg::cli::add_serve(app, args);
   lightseg::cli::add_bench(app, args);
   lightseg::cli::add_export(app, args);
+  lightseg::cli::add_calibrate(app, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

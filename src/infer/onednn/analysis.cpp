@@ -2,6 +2,9 @@
 #include "infer/onednn/analysis.h"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace lightseg::onednn {
 
@@ -39,6 +42,10 @@ PlanAnalysis analyse_plan(const FusedNetwork& f, const std::vector<std::array<in
   r_.store_bf16.assign(nv, false);
   r_.need_shadow.assign(nv, false);
   r_.need_f32.assign(nv, false);
+  r_.need_q8.assign(nv, false);  // int8 decisions: none until analyse_int8
+  r_.stored.assign(nv, false);
+  r_.q8_scale.assign(nv, 0.f);
+  r_.int8_conv.assign(nops, false);
   for (auto* v : {&r_.pool_fused_next, &r_.resize_folded, &r_.unaligned, &r_.in_place, &r_.paired_with_next,
                   &r_.paired_with_prev, &r_.single_channel, &r_.depthwise, &r_.reads_bf16})
     v->assign(nops, false);
@@ -182,6 +189,38 @@ PlanAnalysis analyse_plan(const FusedNetwork& f, const std::vector<std::array<in
     r_.reads_bf16[i] = reads_bf16(f.ops[i]);
   }
   return r_;
+}
+
+void analyse_int8(const FusedNetwork& f, PlanAnalysis& an) {
+  const int nv = static_cast<int>(f.num_values);
+  const int nops = static_cast<int>(f.ops.size());
+  if (f.act_absmax.size() != static_cast<size_t>(nv))
+    throw std::invalid_argument("int8 inference needs an int8 calibration of the weights (lightseg calibrate)");
+  an.int8_conv.assign(nops, false);
+  an.need_q8.assign(nv, false);
+  an.stored.assign(nv, false);
+  an.q8_scale.assign(nv, 0.f);
+  for (int i = 1; i < nops; ++i) {
+    const FusedOp& op = f.ops[i];
+    an.int8_conv[i] = op.kind == FusedOp::Kind::Conv && op.groups == 1 && !an.depthwise[i] && !an.single_channel[i] &&
+                      op.in[0] != f.ops[0].out;
+    if (an.int8_conv[i]) an.need_q8[op.in[0]] = true;
+  }
+  for (int i = 0; i < nops; ++i) {
+    const FusedOp& op = f.ops[i];
+    for (size_t k = 0; k < op.in.size(); ++k)
+      if (k > 0 || !an.int8_conv[i]) an.stored[op.in[k]] = true;
+    for (int v : op.add) an.stored[v] = true;
+    if (op.residual >= 0) an.stored[op.residual] = true;
+  }
+  an.stored[f.output] = true;
+  for (int v = 0; v < nv; ++v) {
+    if (!an.need_q8[v]) continue;
+    if (!(f.act_absmax[v] > 0.f) || !std::isfinite(f.act_absmax[v]))
+      throw std::invalid_argument("int8 calibration: no bound for the input of a convolution (value " +
+                                  std::to_string(v) + "); calibrate the weights again");
+    an.q8_scale[v] = f.act_absmax[v] / 127.f;
+  }
 }
 
 }  // namespace lightseg::onednn

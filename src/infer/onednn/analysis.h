@@ -31,6 +31,12 @@ struct PlanAnalysis {
   std::vector<bool> single_channel;   // a convolution with one output channel: our kernel
   std::vector<bool> depthwise;        // a depthwise convolution: our kernel
   std::vector<bool> reads_bf16;       // bf16 plans: a dense convolution in bf16
+  // int8 plans (analyse_int8; all false before it): the dense convolutions run in int8, each on
+  // an int8 NHWC copy of its input; a value only they read is never stored in f32.
+  std::vector<bool> int8_conv;        // per operation: a dense convolution in int8
+  std::vector<bool> need_q8;          // per value: has an int8 copy
+  std::vector<bool> stored;           // per value: kept in f32 (read in f32 by something)
+  std::vector<float> q8_scale;        // per value: its int8 copy's scale (|x| bound / 127), else 0
 };
 
 // The taps of one kernel dimension that read the input for some output position (the others
@@ -44,5 +50,9 @@ Taps1 live_taps(int64_t k, int64_t dilation, int64_t padding, int64_t stride, in
 // `sizes`: FusedNetwork::value_sizes of the input shape; `block`: channels per block (16, 8).
 PlanAnalysis analyse_plan(const FusedNetwork& f, const std::vector<std::array<int64_t, 2>>& sizes, int64_t block,
                           bool bf16);
+// Adds the int8 decisions to `an` (analyse_plan's): the dense convolutions that the bf16 plans
+// run in bf16 (not the first, not depthwise, not one output channel) run in int8, with their
+// input scales from f.act_absmax. std::invalid_argument without a usable calibration.
+void analyse_int8(const FusedNetwork& f, PlanAnalysis& an);
 
 }  // namespace lightseg::onednn

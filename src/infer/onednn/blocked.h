@@ -18,12 +18,14 @@ bool avx2_kernels();
 int winograd_mode();
 
 // An engine whose plans keep activations in nChw16c (b16: oneDNN's avx512_core kernels; the
-// only width with bf16 plans) or nChw8c (b8: its avx2 and sse41 kernels).
+// only width with bf16 and int8 plans) or nChw8c (b8: its avx2 and sse41 kernels).
 namespace b16 {
-std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans);
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool int8, bool profile,
+                                                     size_t max_plans);
 }
 namespace b8 {
-std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans);
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool int8, bool profile,
+                                                     size_t max_plans);
 }
 
 }  // namespace lightseg::onednn

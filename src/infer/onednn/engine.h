@@ -8,10 +8,20 @@
 
 class Engine : public InferenceEngine {
  public:
-  Engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans)
-      : f_(to(f, torch::kCPU)), bf16_(bf16), profile_(profile), max_plans_(std::max<size_t>(1, max_plans)),
-        eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
-    if (bf16_) {
+  // int8: dense convolutions in int8 (needs onednn_int8_available() and f.act_absmax), values
+  // in bf16 storage where the CPU has AVX512-BF16, else f32.
+  Engine(const FusedNetwork& f, bool bf16, bool int8, bool profile, size_t max_plans)
+      : f_(to(f, torch::kCPU)), bf16_(bf16 || (int8 && onednn_bf16_available())), int8_(int8), profile_(profile),
+        max_plans_(std::max<size_t>(1, max_plans)), eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+    if (int8_) {
+      if (!onednn_int8_available())
+        throw std::invalid_argument(
+            "int8 inference on the CPU needs AVX512-VNNI (oneDNN's avx512_core_vnni int8 kernels), which this CPU, "
+            "or LIGHTSEG_MAX_ISA, does not allow (use fp32" + std::string(onednn_bf16_available() ? " or bf16)" : ")"));
+      if (f_.act_absmax.empty())
+        throw std::invalid_argument(
+            "int8 inference needs weights with an int8 calibration: run `lightseg calibrate` on them first");
+    } else if (bf16_) {
       if (!onednn_bf16_available())
         throw std::invalid_argument(
             "bf16 inference on the CPU needs AVX512-BF16 or AMX instructions, which this CPU does not have "
@@ -49,7 +59,7 @@ class Engine : public InferenceEngine {
         plans_.erase(victim);
       }
       Entry e;
-      e.plan = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_);
+      e.plan = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_, int8_);
       e.plan->set_profiling(profile_);
       it = plans_.emplace(key, std::move(e)).first;
     }
@@ -57,7 +67,7 @@ class Engine : public InferenceEngine {
     it->second.last_use = ++clock_;
     return labels ? it->second.plan->labels(x, strm_) : it->second.plan->run(x, strm_);
   }
-  std::string backend() const override { return bf16_ ? "onednn-bf16" : "onednn"; }
+  std::string backend() const override { return int8_ ? "onednn-int8" : bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
   std::string profile() const override {
     std::string r;
@@ -67,7 +77,7 @@ class Engine : public InferenceEngine {
 
  private:
   FusedNetwork f_;
-  bool bf16_, profile_;
+  bool bf16_, int8_, profile_;
   size_t max_plans_;
   dnnl::engine eng_;
   dnnl::stream strm_;
@@ -79,8 +89,11 @@ class Engine : public InferenceEngine {
   uint64_t clock_ = 0;
 };
 
-std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool profile, size_t max_plans) {
+std::unique_ptr<InferenceEngine> make_blocked_engine(const FusedNetwork& f, bool bf16, bool int8, bool profile,
+                                                     size_t max_plans) {
   if (bf16 && kBlock != 16)
     throw std::invalid_argument("bf16 inference on the CPU needs 16-channel plans (AVX512-BF16 or AMX)");
-  return std::make_unique<Engine>(f, bf16, profile, max_plans);
+  if (int8 && kBlock != 16)
+    throw std::invalid_argument("int8 inference on the CPU needs 16-channel plans (AVX512-VNNI)");
+  return std::make_unique<Engine>(f, bf16, int8, profile, max_plans);
 }

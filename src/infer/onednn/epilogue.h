@@ -72,11 +72,28 @@ void finish_tile(const Epilogue& e, vb* t, int64_t n, int64_t g, int64_t p, int6
     uint16_t* h = e.shadow + ((n * (round_up(e.dst.C) / kBlock) + g) * e.dst.pixels() + p) * kBlock;
     store_tile_bf16(h, t, np);
   }
+  if (e.q8) {
+    const int64_t C = e.dst.C;
+    const int lanes = static_cast<int>(std::min<int64_t>(kBlock, C - c0));
+    int8_t* q = e.q8 + (n * e.dst.pixels() + p) * C + c0;
+    for (int64_t i = 0; i < np; ++i) store_s8(q + i * C, t[i], e.q8_inv, lanes);
+  }
 }
 
 void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t np) {
   vb t[kTile];
-  if (e.src.bf16) {
+  if (e.src.fmt == View::Fmt::Nhwc) {  // an int8 convolution's result (f32, NHWC): gathered
+    const int64_t C = e.src.C, c0 = g * kBlock, lanes = std::min<int64_t>(kBlock, C - c0);
+    const float* s = e.src.data + (n * e.src.pixels() + p) * C + c0;
+    if (lanes == kBlock) {
+      for (int64_t i = 0; i < np; ++i) t[i] = load(s + i * C);
+    } else {
+      for (int64_t i = 0; i < np; ++i) {
+        t[i] = vb{};
+        for (int64_t l = 0; l < lanes; ++l) t[i][l] = s[i * C + l];
+      }
+    }
+  } else if (e.src.bf16) {
     load_tile_bf16(t, e.src.blockh(n, g) + p * kBlock, np, false);
   } else {
     const float* s = e.src.block(n, g) + p * kBlock;
@@ -84,6 +101,12 @@ void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t n
   }
   finish_tile(e, t, n, g, p, np);
 }
+// A source whose pixels are `stride` floats apart: an int8 convolution's NHWC result, whole
+// channel blocks only (the register epilogue's source besides tiles and blocked values).
+struct PixelStrided {
+  const float* p;
+  int64_t stride;
+};
 #if LIGHTSEG_ONEDNN_X86_512 || LIGHTSEG_ONEDNN_X86_256
 #include "infer/onednn/x86/register_epilogue.h"
 #else
@@ -96,12 +119,21 @@ void run_epilogue(const Epilogue& e) {
   const int64_t blocks = round_up(e.dst.C) / kBlock, P = e.dst.pixels();
   const int64_t tiles = (P + kTile - 1) / kTile;
   const int64_t items = e.dst.N * blocks * tiles;
-  const bool fast = register_epilogue_fits(e) && e.src.fmt == View::Fmt::Blocked;
+  const bool nhwc = e.src.fmt == View::Fmt::Nhwc && !e.src.bf16 && e.src.C == e.dst.C;  // int8 plans
+  const bool fast = register_epilogue_fits(e) && (e.src.fmt == View::Fmt::Blocked || nhwc);
+  const bool pixel_major = e.src.fmt == View::Fmt::Nhwc || e.q8;
   at::parallel_for(0, items, 16, [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
-      const int64_t tile = i % tiles, g = (i / tiles) % blocks, n = i / (tiles * blocks);
+      // Block-major (a block's tiles in a row: blocked values are contiguous per block), but
+      // pixel-major where NHWC data is read or written (int8 plans): a tile's blocks in a row
+      // share their cache lines.
+      const int64_t tile = pixel_major ? (i / blocks) % tiles : i % tiles;
+      const int64_t g = pixel_major ? i % blocks : (i / tiles) % blocks, n = i / (tiles * blocks);
       const int64_t p = tile * kTile, np = std::min(kTile, P - p);
-      if (fast && e.src.bf16)
+      if (fast && nhwc) {
+        const PixelStrided s{e.src.data + (n * P + p) * e.src.C + g * kBlock, e.src.C};
+        register_epilogue(e, &s, n, g, p, np, nullptr);
+      } else if (fast && e.src.bf16)
         register_epilogue(e, e.src.blockh(n, g) + p * kBlock, n, g, p, np, nullptr);
       else if (fast)
         register_epilogue(e, e.src.block(n, g) + p * kBlock, n, g, p, np, nullptr);

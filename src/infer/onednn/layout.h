@@ -79,7 +79,11 @@ struct Epilogue {
   std::vector<Upsampled> upsampled;
   const float* valid = nullptr;
   uint16_t* shadow = nullptr;  // bf16 copy of an f32 dst (its own nChw16c buffer), when a bf16 conv reads it
-  bool write_dst = true;       // false: only the shadow is read later
+  // int8 plans: the quantized copy of dst an int8 convolution reads: NHWC (oneDNN's int8
+  // kernels take no blocked layout), dst.C channels a pixel, round(x / scale) in ±127.
+  int8_t* q8 = nullptr;
+  float q8_inv = 0.f;          // 1 / scale
+  bool write_dst = true;       // false: only the shadow (or the int8 copy) is read later
 };
 
 // Per-channel array padded to whole blocks with zeros.

@@ -68,7 +68,9 @@ namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS {
 #include "infer/onednn/kernels/output_resize.h"
 #include "infer/onednn/kernels/concat.h"
 #include "infer/onednn/kernels/winograd.h"
+#include "infer/onednn/int8_conv.h"
 #include "infer/onednn/plan.h"
+#include "infer/onednn/plan_build.h"
 #include "infer/onednn/plan_run.h"
 #include "infer/onednn/engine.h"
 

@@ -41,6 +41,11 @@ void load_tile_bf16(vb* t, const uint16_t* s, int64_t np, bool add) {
 }
 #endif
 using simd::scalar;  // one element of a float or bf16 view as a float
+// One block of one pixel into an int8 NHWC copy (Epilogue::q8): `lanes` channels (< kBlock: the
+// last block of a channel count that is not a multiple of it).
+inline __attribute__((always_inline)) void store_s8(int8_t* p, vb v, float inv, int lanes) {
+  simd::store_s8<kBlock>(p, v, inv, lanes);
+}
 // t[i] += v(pixel p + i of block g of image n), for f32 or bf16 views; C == 1 views broadcast lane 0.
 template <class T>
 inline __attribute__((always_inline)) void accumulate(vb* t, const T* q, int64_t np, bool broadcast) {

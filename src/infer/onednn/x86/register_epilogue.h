@@ -56,6 +56,7 @@ inline __attribute__((always_inline)) void add_operand(vb* v, const Operand& a, 
 inline __attribute__((always_inline)) vb fetch(const vb* t, int64_t i) { return t[i]; }
 inline __attribute__((always_inline)) vb fetch(const float* s, int64_t i) { return load(s + i * kBlock); }
 inline __attribute__((always_inline)) vb fetch(const uint16_t* s, int64_t i) { return in_load(s + i * kBlock); }
+inline __attribute__((always_inline)) vb fetch(const PixelStrided* s, int64_t i) { return load(s->p + i * s->stride); }
 // f32 → bf16 rounded to nearest even (vcvtneps2bf16; asm, so that it compiles in an AVX-512F
 // function: it only runs where a bf16 value exists, i.e. in bf16 plans on AVX512-BF16 CPUs).
 inline __attribute__((always_inline)) void out_bf16(uint16_t* d, vb v) {
@@ -70,7 +71,7 @@ inline __attribute__((always_inline)) void out_bf16(uint16_t* d, vb v) {
 
 bool register_epilogue_fits(const Epilogue& e) {
   if (!register_kernels() || (e.act != Act::PReLU && e.act != Act::None) || e.scale || (e.mul && e.mul->C != 1) ||
-      e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow) ||
+      e.upsampled.size() > 1 || e.adds.size() > 2 || e.dst.C % kBlock != 0 || (!e.write_dst && !e.shadow && !e.q8) ||
       (e.residual && e.residual->C != e.dst.C))
     return false;
   return std::all_of(e.adds.begin(), e.adds.end(), [&](const View* a) { return a->C == 1 || a->C == e.dst.C; }) &&
@@ -109,7 +110,8 @@ template <int M, bool Full, class S>
 inline __attribute__((always_inline)) void register_chunk(const S* s, int64_t i0, const Operand& res,
                                                           const Operand& mul, const Operand& a0, const Operand& a1,
                                                           const UpsampledAt& up, vb slope, const vb* extra,
-                                                          float* d32, uint16_t* d16, uint16_t* h) {
+                                                          float* d32, uint16_t* d16, uint16_t* h, int8_t* q,
+                                                          int64_t qs, float qinv) {
   vb v[M];
   for (int j = 0; j < M; ++j) v[j] = fetch(s, i0 + j);
   add_operand<M>(v, res, i0);
@@ -140,6 +142,8 @@ inline __attribute__((always_inline)) void register_chunk(const S* s, int64_t i0
     for (int j = 0; j < M; ++j) out_bf16(d16 + (i0 + j) * kBlock, v[j]);
   if (h)
     for (int j = 0; j < M; ++j) out_bf16(h + (i0 + j) * kBlock, v[j]);
+  if (q)
+    for (int j = 0; j < M; ++j) store_s8(q + (i0 + j) * qs, v[j], qinv, kBlock);
 }
 
 // The epilogue of pixels [p, p + np) of block g of image n, the convolution's result coming from
@@ -158,12 +162,14 @@ __attribute__((target(LIGHTSEG_REGISTER_TARGET), noinline)) void register_epilog
   float* d32 = e.write_dst && !e.dst.bf16 ? e.dst.block(n, g) + p * kBlock : nullptr;
   uint16_t* h = e.shadow ? e.shadow + ((n * (e.dst.C / kBlock) + g) * e.dst.pixels() + p) * kBlock : nullptr;
   const vb slope = e.act == Act::PReLU ? load(e.slopes + g * kBlock) : vb{} + 1.f;
+  const int64_t qs = e.dst.C;  // the int8 copy: NHWC
+  int8_t* q = e.q8 ? e.q8 + (n * e.dst.pixels() + p) * qs + g * kBlock : nullptr;
   int64_t i = 0;
   if (e.mul || up.u) {
-    for (; i + 8 <= np; i += 8) register_chunk<8, true>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
-    for (; i < np; ++i) register_chunk<1, true>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
+    for (; i + 8 <= np; i += 8) register_chunk<8, true>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h, q, qs, e.q8_inv);
+    for (; i < np; ++i) register_chunk<1, true>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h, q, qs, e.q8_inv);
   } else {
-    for (; i + 8 <= np; i += 8) register_chunk<8, false>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
-    for (; i < np; ++i) register_chunk<1, false>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h);
+    for (; i + 8 <= np; i += 8) register_chunk<8, false>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h, q, qs, e.q8_inv);
+    for (; i < np; ++i) register_chunk<1, false>(s, i, res, mul, a0, a1, up, slope, extra, d32, d16, h, q, qs, e.q8_inv);
   }
 }
