@@ -1,6 +1,8 @@
 // The inference path (fused_network.h, engine.h) against the training-graph model.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "lightseg/engine.h"
 #include "lightseg/features.h"
 #include "infer/fused_network.h"
@@ -275,6 +277,27 @@ TEST(Engine, Bf16KeepsTheLabelsOfTheShippedWeights) {
   EXPECT_LT(worst, 1.0);
 }
 
+// A low-precision engine against the training graph at odd sizes (97×131, 65×33, 180×240):
+// labels agree on ≥ min_agree of the pixels, logits within max_rel of their scale; `also` adds
+// checks on each input and result.
+static void expect_close_at_odd_sizes(const char* what, Network& net, const ModelMeta& meta, const NetworkConfig& cfg,
+                                      InferenceEngine& engine, double min_agree, double max_rel,
+                                      const std::function<void(const torch::Tensor&, const torch::Tensor&)>& also = {}) {
+  for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {2 * 90, 2 * 120}}) {
+    auto x = images(1, h, w);
+    auto ref = reference(net, meta, x);
+    auto got = engine.logits(x);
+    ASSERT_EQ(got.sizes(), ref.sizes());
+    const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
+    std::printf("  %s c0=%lld %4lldx%-4lld labels %.5f  max |logit diff| %.2e (logits up to %.1f)\n", what,
+                static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
+                agreement(got, ref), d, scale);
+    EXPECT_GE(agreement(got, ref), min_agree);
+    EXPECT_LT(d, max_rel * scale);
+    if (also) also(x, got);
+  }
+}
+
 TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
   // The bf16 copies ("shadows") are written by our passes or by reorders, for concat
   // results, padded channel blocks and odd sizes alike: logits stay close to float32.
@@ -295,20 +318,11 @@ TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
     auto engine = bf16_engine(net, meta, &why);
     if (!engine) GTEST_SKIP() << why;
     auto f32 = make_engine(net, meta, {"onednn"});
-    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {2 * 90, 2 * 120}}) {
-      auto x = images(1, h, w);
-      auto ref = reference(net, meta, x);
-      auto got = engine->logits(x);
-      ASSERT_EQ(got.sizes(), ref.sizes());
-      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
-      std::printf("  bf16 c0=%lld %4lldx%-4lld labels %.5f  max |logit diff| %.2e (logits up to %.1f)\n",
-                  static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
-                  agreement(got, ref), d, scale);
-      EXPECT_GE(agreement(got, ref), 0.99);
-      EXPECT_LT(d, 0.02 * scale);
-      // and it is not float32 in disguise: bf16 rounding shows in the logits
-      EXPECT_GT(max_diff(got, f32->logits(x)), 1e-5);
-    }
+    expect_close_at_odd_sizes("bf16", net, meta, cfg, *engine, 0.99, 0.02,
+                              [&](const torch::Tensor& x, const torch::Tensor& got) {
+                                // and it is not float32 in disguise: bf16 rounding shows in the logits
+                                EXPECT_GT(max_diff(got, f32->logits(x)), 1e-5);
+                              });
   }
 }
 
@@ -525,18 +539,7 @@ TEST(Engine, Int8HandlesEveryConfigurationAndSize) {
     std::string why;
     auto engine = int8_engine(net, meta, &why);
     if (!engine) GTEST_SKIP() << why;
-    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {2 * 90, 2 * 120}}) {
-      auto x = images(1, h, w);
-      auto ref = reference(net, meta, x);
-      auto got = engine->logits(x);
-      ASSERT_EQ(got.sizes(), ref.sizes());
-      const double scale = std::max(1.0, ref.abs().max().item<double>()), d = max_diff(got, ref);
-      std::printf("  int8 c0=%lld %4lldx%-4lld labels %.5f  max |logit diff| %.2e (logits up to %.1f)\n",
-                  static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
-                  agreement(got, ref), d, scale);
-      EXPECT_GE(agreement(got, ref), 0.9);
-      EXPECT_LT(d, 0.1 * scale);
-    }
+    expect_close_at_odd_sizes("int8", net, meta, cfg, *engine, 0.9, 0.1);
   }
 }
 

@@ -194,6 +194,9 @@ std::unique_ptr<InferenceEngine> make_plain_engine(const Network& net, const Mod
     backend = o.device.is_cpu() && low ? "onednn" : available_backends(o.device).front();
   if (o.dtype == torch::kQInt8 && !o.device.is_cpu())
     throw std::invalid_argument("int8 inference runs on the CPU only (onednn backend)");
+  if (o.dtype == torch::kQInt8 && !onednn_available())  // e.g. ARM builds: say what int8 needs
+    throw std::invalid_argument("int8 inference on the CPU needs the onednn backend and AVX512-VNNI; this build has "
+                                "no onednn backend: use fp32");
   if (o.device.is_cpu() && o.dtype != torch::kFloat32) {
     if (!low)
       throw std::invalid_argument(std::string("the CPU backends compute in float32 or (onednn) bfloat16 or int8, not ") +
