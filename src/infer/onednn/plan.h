@@ -17,6 +17,7 @@ class Plan {
   torch::Tensor labels(const torch::Tensor& images, dnnl::stream& strm);
 
  private:
+  friend class PlanBuilder;  // plan_build.h: builds the steps and the views
   using Step = std::function<void(dnnl::stream&)>;
   float* alloc(size_t floats);
   void release(float* p, size_t floats);

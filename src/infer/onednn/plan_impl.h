@@ -71,6 +71,7 @@ namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS {
 #include "infer/onednn/int8_conv.h"
 #include "infer/onednn/plan.h"
 #include "infer/onednn/plan_build.h"
+#include "infer/onednn/plan_build_conv.h"
 #include "infer/onednn/plan_run.h"
 #include "infer/onednn/engine.h"
 
