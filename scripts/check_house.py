@@ -6,7 +6,8 @@
   - a public header (include/lightseg/) includes only public headers and system ones;
   - no include circle: following the project's own includes from any file never leads back to it;
   - one SIMD helper set: vector types (`vector_size`) are declared in src/core/simd.h only;
-  - x86 intrinsics (_mm*_ calls, __m128/__m256/__m512 types) only in files under an x86/ folder.
+  - x86 intrinsics (_mm*_ calls, __m128/__m256/__m512 types) only in files under an x86/ folder;
+  - one CPU feature probe: __builtin_cpu_supports only in src/core/isa.cpp (cpu_isa_level).
 
 Usage: scripts/check_house.py [ROOT] (default: the checkout this script is in).
 """
@@ -16,6 +17,7 @@ import sys
 
 MAX_LINES = 600
 SIMD_SET = "src/core/simd.h"
+FEATURE_PROBE = "src/core/isa.cpp"
 INTRINSIC = re.compile(r"\b(_mm\d*_\w+|__m(128|256|512)\w*)\b")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -54,6 +56,8 @@ def main():
             breaches.append(f"{f}: declares a vector type (one SIMD helper set: {SIMD_SET})")
         if f.startswith("src/") and "/x86/" not in f and INTRINSIC.search(code):
             breaches.append(f"{f}: uses x86 intrinsics ({INTRINSIC.search(code).group(0)}) outside an x86/ folder")
+        if f.startswith(("src/", "include/", "tools/")) and f != FEATURE_PROBE and "__builtin_cpu_supports" in code:
+            breaches.append(f"{f}: probes CPU features itself (one probe: {FEATURE_PROBE}, cpu_isa_level)")
         if f.startswith("tools/"):
             for n in names:
                 if n.split("/")[0] in rooms:

@@ -3,6 +3,8 @@
 // AVX2), run no reference kernel on any step, and give fused's labels. Below AVX2 it would
 // run reference kernels only (84 s for one 360×480 image with nChw16c plans on an AVX2 EPYC):
 // `auto` must not pick it there, and asking for it must be a clear error, not a slow run.
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,9 +13,11 @@
 #include <gtest/gtest.h>
 
 #include "cli_run.h"
+#include "core/isa.h"
 #include "infer/onednn_engine.h"
 #include "lightseg/features.h"
 #include "lightseg/image_io.h"
+#include "lightseg/runtime.h"
 #include "synthetic.h"
 
 using namespace lightseg;
@@ -128,6 +132,32 @@ TEST(IsaCap, LightsegMaxIsaCapsThePlansAndRefusesUnknownLevels) {
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("LIGHTSEG_MAX_ISA must be generic, avx2, avx512 or avx512_bf16"), std::string::npos) << bad.err;
   fs::remove_all(dir);
+}
+
+// One CPU feature probe (core/isa.h: cpu_isa_level) serves the training kernels, the plans and
+// oneDNN's width: the level it reports is the CPU's, lowered by LIGHTSEG_MAX_ISA to exactly the cap.
+TEST(IsaCap, TheOneFeatureProbeFollowsTheCpuAndTheCap) {
+  const char* saved = std::getenv("LIGHTSEG_MAX_ISA");
+  const std::string keep = saved ? saved : "";
+  ::unsetenv("LIGHTSEG_MAX_ISA");
+  const IsaLevel cpu = cpu_isa_level();
+  std::printf("  this CPU: %s\n", isa_level_name(cpu));
+  EXPECT_EQ(cpu >= IsaLevel::Avx2, cpu_has("avx2") && cpu_has("fma"));
+  EXPECT_EQ(cpu >= IsaLevel::Avx512, cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512dq") &&
+                                         cpu_has("avx512vl"));
+  EXPECT_EQ(cpu_has_native_bf16(), cpu >= IsaLevel::Avx512Bf16);
+  for (IsaLevel cap : {IsaLevel::Generic, IsaLevel::Avx2, IsaLevel::Avx512, IsaLevel::Avx512Bf16}) {
+    ::setenv("LIGHTSEG_MAX_ISA", isa_level_name(cap), 1);
+    EXPECT_EQ(cpu_isa_level(), std::min(cpu, cap)) << isa_level_name(cap);
+    if (onednn_available() && cap == IsaLevel::Generic) EXPECT_EQ(onednn_plan_block(), 0);
+    if (onednn_available() && LIGHTSEG_NATIVE_KERNELS && cap == IsaLevel::Avx2 && cpu >= IsaLevel::Avx2 &&
+        !std::getenv("ONEDNN_MAX_CPU_ISA"))
+      EXPECT_EQ(onednn_plan_block(), 8);
+  }
+  if (keep.empty())
+    ::unsetenv("LIGHTSEG_MAX_ISA");
+  else
+    ::setenv("LIGHTSEG_MAX_ISA", keep.c_str(), 1);
 }
 
 // A real CPU without AVX-512: the main job under QEMU's Haswell model (AVX2 + FMA; QEMU 7.2

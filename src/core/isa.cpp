@@ -1,5 +1,6 @@
 #include "core/isa.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -28,13 +29,22 @@ const char* isa_level_name(IsaLevel level) {
   return "?";
 }
 
-bool cpu_has_native_bf16() {
+IsaLevel cpu_isa_level() {
+  static const IsaLevel cpu = [] {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return max_isa_level() >= IsaLevel::Avx512Bf16 && __builtin_cpu_supports("avx512bf16");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return IsaLevel::Generic;
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+      return IsaLevel::Avx2;
+    return __builtin_cpu_supports("avx512bf16") ? IsaLevel::Avx512Bf16 : IsaLevel::Avx512;
 #else
-  return false;
+    return IsaLevel::Generic;
 #endif
+  }();
+  return std::min(cpu, max_isa_level());
 }
+
+bool cpu_has_native_bf16() { return cpu_isa_level() >= IsaLevel::Avx512Bf16; }
 
 void apply_isa_cap_to_onednn() {
   const IsaLevel level = max_isa_level();

@@ -87,7 +87,7 @@ namespace onednn {
 int winograd_mode() { return g_winograd.load(std::memory_order_relaxed); }
 bool avx512_kernels() {
 #if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
-  static const bool cpu = __builtin_cpu_supports("avx512f") && max_isa_level() >= IsaLevel::Avx512;
+  static const bool cpu = cpu_isa_level() >= IsaLevel::Avx512;
   return cpu && g_native_kernels.load(std::memory_order_relaxed);
 #else
   return false;
@@ -95,8 +95,7 @@ bool avx512_kernels() {
 }
 bool avx2_kernels() {
 #if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
-  static const bool cpu =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && max_isa_level() >= IsaLevel::Avx2;
+  static const bool cpu = cpu_isa_level() >= IsaLevel::Avx2;
   return cpu && g_native_kernels.load(std::memory_order_relaxed);
 #else
   return false;
@@ -125,10 +124,12 @@ int onednn_plan_block() {
 #else
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   auto has = [isa](dnnl::cpu_isa need) { return (isa & static_cast<unsigned>(need)) == static_cast<unsigned>(need); };
-  const IsaLevel cap = max_isa_level();  // LIGHTSEG_MAX_ISA, even where oneDNN was used before it was read
-  if (has(dnnl::cpu_isa::avx512_core) && cap >= IsaLevel::Avx512) return 16;
-  // The 8-lane plans are compiled for AVX2 + FMA (plan_impl.h), which oneDNN's avx2 kernels use too.
-  if (has(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("fma") && cap >= IsaLevel::Avx2) return 8;
+  // cpu_isa_level: our kernels' level on this CPU within LIGHTSEG_MAX_ISA (read on every call,
+  // even where oneDNN was used before it was read). The 8-lane plans are compiled for AVX2 + FMA
+  // (plan_impl.h), which oneDNN's avx2 kernels use too.
+  const IsaLevel ours = cpu_isa_level();
+  if (has(dnnl::cpu_isa::avx512_core) && ours >= IsaLevel::Avx512) return 16;
+  if (has(dnnl::cpu_isa::avx2) && ours >= IsaLevel::Avx2) return 8;
   return 0;
 #endif
 }

@@ -130,12 +130,8 @@ struct Kernels {
 enum class Level { Generic, Avx2, Avx512 };
 Level level() {
   static const Level l = [] {
-    const IsaLevel cap = max_isa_level();
-    if (cap >= IsaLevel::Avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-      return Level::Avx512;
-    if (cap >= IsaLevel::Avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Level::Avx2;
-    return Level::Generic;
+    const IsaLevel cpu = cpu_isa_level();
+    return cpu >= IsaLevel::Avx512 ? Level::Avx512 : cpu >= IsaLevel::Avx2 ? Level::Avx2 : Level::Generic;
   }();
   return l;
 }

@@ -100,11 +100,10 @@ struct PreluKernels {
 const PreluKernels& prelu_kernels() {
   static const PreluKernels k = [] {
 #if LIGHTSEG_PRELU_X86
-    const IsaLevel cap = max_isa_level();
-    if (cap >= IsaLevel::Avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    const IsaLevel cpu = cpu_isa_level();
+    if (cpu >= IsaLevel::Avx512)
       return PreluKernels{prelu_avx512_fwd_f32, prelu_avx512_fwd_bf16, prelu_avx512_bwd_f32, prelu_avx512_bwd_bf16};
-    if (cap >= IsaLevel::Avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (cpu >= IsaLevel::Avx2)
       return PreluKernels{prelu_avx2_fwd_f32, prelu_avx2_fwd_bf16, prelu_avx2_bwd_f32, prelu_avx2_bwd_bf16};
 #endif
     return PreluKernels{prelu_generic_fwd_f32, prelu_generic_fwd_bf16, prelu_generic_bwd_f32, prelu_generic_bwd_bf16};
