@@ -10,35 +10,14 @@
 #include "data/transforms.h"
 #include "lightseg/weights.h"
 #include "infer/onednn_engine.h"
+#include "engine_fixtures.h"
 #include "test_paths.h"
 
 using namespace lightseg;
 
 namespace {
 
-// A network with non-trivial BN statistics, affine parameters and PReLU slopes, so that
-// folding errors, slope mix-ups or a missed BN would show.
-Network random_net(const NetworkConfig& cfg = NetworkConfig{}, uint64_t seed = 3) {
-  torch::manual_seed(seed);
-  Network net(cfg);
-  {
-    torch::NoGradGuard ng;
-    for (auto& p : net->named_parameters()) {
-      const auto& k = p.key();
-      if (k.find("bn.weight") != std::string::npos || k.find("bn1.") != std::string::npos ||
-          k.find("bn2.") != std::string::npos)
-        p.value().uniform_(0.5, 1.5);
-      else if (k.find("bn.bias") != std::string::npos)
-        p.value().uniform_(-0.3, 0.3);
-      else if (k.find("act.weight") != std::string::npos)
-        p.value().uniform_(-0.2, 0.6);
-    }
-    net->train();
-    for (int i = 0; i < 3; ++i) net->forward(torch::randn({2, 3, 64, 96}) * 2 + 0.5);
-  }
-  net->eval();
-  return net;
-}
+using fixtures::random_net;
 
 torch::Tensor images(int64_t n, int64_t h, int64_t w, uint64_t seed = 11) {
   torch::manual_seed(seed);
