@@ -4,7 +4,9 @@
 // plans, our kernels built for AVX2) and EngineAt_generic (no plans: the rows say so and skip),
 // so that every kernel is checked at every level this machine can emulate.
 // Each row names the kernel's step label in the plan's profile: the row fails when the plan
-// did not run that kernel, so a kernel cannot silently drop out of its own test.
+// did not run that kernel, so a kernel cannot silently drop out of its own test. The training
+// side's kernels (BN + PReLU, PReLU) are checked against LibTorch by Fused.TrainingBnPReLU* and
+// Layers.FastPReLUMatchesLibTorch, which the same ctest entries run at each level.
 #include <gtest/gtest.h>
 
 #include <cstdio>
