@@ -32,4 +32,29 @@ inline Network random_net(const NetworkConfig& cfg = NetworkConfig{}, uint64_t s
   return net;
 }
 
+// C1.1 with 20 channels (not whole blocks at either width) and 19 classes (two 16-lane blocks).
+inline NetworkConfig unaligned_config() {
+  NetworkConfig c;
+  c.c0 = 20;
+  c.num_classes = 19;
+  return c;
+}
+// Odd widths everywhere (20, 40, 72: no whole 16-lane block), DAB layers in stage 2 (claim 4),
+// 19 classes.
+inline NetworkConfig odd_dab_config() {
+  NetworkConfig c = unaligned_config();
+  c.c1 = 40;
+  c.c2 = 72;
+  c.stage1 = {1, FELayerType::FEB, {2}};
+  c.stage2 = {2, FELayerType::DAB, {4, 8}};
+  return c;
+}
+// ResNet layers in stage 2 (claim 4) and no spatial attention (C6.1 off).
+inline NetworkConfig residual_config() {
+  NetworkConfig c;
+  c.stage2 = {2, FELayerType::ResNet, {2, 4}};
+  c.spatial_attention = false;
+  return c;
+}
+
 }  // namespace lightseg::fixtures

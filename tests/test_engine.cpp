@@ -35,13 +35,7 @@ double agreement(const torch::Tensor& a, const torch::Tensor& b) {
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-// C1.1 with 20 channels (not whole blocks at either width) and 19 classes (two 16-lane blocks).
-NetworkConfig unaligned_config() {
-  NetworkConfig odd;
-  odd.c0 = 20;
-  odd.num_classes = 19;
-  return odd;
-}
+using fixtures::unaligned_config;
 
 }  // namespace
 
@@ -280,17 +274,7 @@ static void expect_close_at_odd_sizes(const char* what, Network& net, const Mode
 TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
   // The bf16 copies ("shadows") are written by our passes or by reorders, for concat
   // results, padded channel blocks and odd sizes alike: logits stay close to float32.
-  NetworkConfig odd;
-  odd.c0 = 20;
-  odd.c1 = 40;
-  odd.c2 = 72;
-  odd.stage1 = {1, FELayerType::FEB, {2}};
-  odd.stage2 = {2, FELayerType::DAB, {4, 8}};
-  odd.num_classes = 19;
-  NetworkConfig res;
-  res.stage2 = {2, FELayerType::ResNet, {2, 4}};
-  res.spatial_attention = false;
-  for (const auto& cfg : {NetworkConfig{}, odd, res}) {
+  for (const auto& cfg : {NetworkConfig{}, fixtures::odd_dab_config(), fixtures::residual_config()}) {
     auto net = random_net(cfg, 9);
     ModelMeta meta = ModelMeta::generic(cfg.num_classes);
     std::string why;
@@ -508,10 +492,7 @@ TEST(Engine, Int8HandlesEveryConfigurationAndSize) {
   // The int8 copies are written by our passes (NHWC, partial channel blocks) or by reorders;
   // the NHWC results of oneDNN's int8 kernels are read back by the passes: logits stay close to
   // float32 for every configuration, odd channel counts and sizes included.
-  NetworkConfig res;
-  res.stage2 = {2, FELayerType::ResNet, {2, 4}};
-  res.spatial_attention = false;
-  for (const auto& cfg : {NetworkConfig{}, unaligned_config(), res}) {
+  for (const auto& cfg : {NetworkConfig{}, unaligned_config(), fixtures::residual_config()}) {
     auto net = random_net(cfg, 9);
     ModelMeta meta = ModelMeta::generic(cfg.num_classes);
     calibrate_int8(net, meta, {images(2, 96, 128, 5)}, "random images");

@@ -35,27 +35,9 @@ struct KernelCase {
   int64_t h = 97, w = 131;
 };
 
-NetworkConfig unaligned() {  // C1.1 with 20 channels (no whole block at either width), 19 classes
-  NetworkConfig c;
-  c.c0 = 20;
-  c.num_classes = 19;
-  return c;
-}
-NetworkConfig small_dab() {  // DAB layers in stage 2 (C3's alternative), odd widths
-  NetworkConfig c;
-  c.c0 = 20;
-  c.c1 = 40;
-  c.c2 = 72;
-  c.stage1 = {1, FELayerType::FEB, {2}};
-  c.stage2 = {2, FELayerType::DAB, {4, 8}};
-  return c;
-}
-NetworkConfig residual_no_attention() {  // ResNet layers, no spatial attention (C6.1 off)
-  NetworkConfig c;
-  c.stage2 = {2, FELayerType::ResNet, {2, 4}};
-  c.spatial_attention = false;
-  return c;
-}
+using fixtures::odd_dab_config;
+using fixtures::residual_config;
+using fixtures::unaligned_config;
 
 std::vector<KernelCase> kernel_table() {
   return {
@@ -64,17 +46,17 @@ std::vector<KernelCase> kernel_table() {
       {"FEB's paired depthwise branches (C4.4, C4.5)", "(paired depthwise+pass)", NetworkConfig{}},
       {"2x2 max pooling + pass (C1.4)", "(max pool+pass)", NetworkConfig{}},
       {"one-output-channel convolution (C6.3)", "(one channel)", NetworkConfig{}},
-      {"pass: bias, PReLU, residual, additions (epilogue.h)", "(pass)", unaligned()},
+      {"pass: bias, PReLU, residual, additions (epilogue.h)", "(pass)", unaligned_config()},
       {"Winograd F(6x6, 3x3)", "(winograd_6x3: ours)", NetworkConfig{}, Prec::F32, 6},
       {"Winograd F(4x4, 3x3)", "(winograd_4x3: ours)", NetworkConfig{}, Prec::F32, 4},
       {"Winograd F(6x6, 3x3), maps of a few tiles", "(winograd_6x3: ours)", NetworkConfig{}, Prec::F32, 6, 33, 45},
-      {"DAB layers' depthwise pairs", "(depthwise+pass)", small_dab()},
-      {"ResNet layers, no attention", "(pass)", residual_no_attention()},
+      {"DAB layers' depthwise pairs", "(depthwise+pass)", odd_dab_config()},
+      {"ResNet layers, no attention", "(pass)", residual_config()},
       {"output resize + argmax (large upsampling)", "decoder.up", NetworkConfig{}, Prec::F32, -1, 45, 61},
       {"bf16 passes and tiles", "(pass)", NetworkConfig{}, Prec::Bf16},
-      {"bf16 depthwise on bf16 values", "(paired depthwise+pass)", unaligned(), Prec::Bf16},
+      {"bf16 depthwise on bf16 values", "(paired depthwise+pass)", unaligned_config(), Prec::Bf16},
       {"int8 copies written by the passes", "(int8 ", NetworkConfig{}, Prec::Int8},
-      {"int8, unaligned channels", "(int8 ", unaligned(), Prec::Int8},
+      {"int8, unaligned channels", "(int8 ", unaligned_config(), Prec::Int8},
   };
 }
 
