@@ -53,7 +53,7 @@ class PlanBuilder {
 
   Plan& p_;
   const FusedNetwork& f_;
-  const bool bf16_, int8_;
+  const bool int8_;  // bf16 only shapes the analysis (an_)
   PlanAnalysis an_;
   Epilogue* final_pass_ = nullptr;  // the last pass of the current operation: it may write the copies too
 };
@@ -64,7 +64,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
 }
 
 PlanBuilder::PlanBuilder(Plan& plan, const FusedNetwork& f, bool bf16, bool int8)
-    : p_(plan), f_(f), bf16_(bf16), int8_(int8) {
+    : p_(plan), f_(f), int8_(int8) {
   const auto sizes = f.value_sizes(p_.H_, p_.W_);
   const int nv = static_cast<int>(f.num_values);
   auto& views = p_.views_;
