@@ -2,11 +2,20 @@
 // `bench --contention`: what a user on a shared robot CPU gets without setting anything.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <fstream>
+#include <sstream>
 #include <string>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_run.h"
 #include "lightseg/runtime.h"
@@ -107,6 +116,36 @@ TEST(ThreadWait, BenchTimesUnderContentionAndLeavesNoBusyProcess) {
   // The busy children were reaped: none is left as a child of anything (they die with bench).
   const std::string pgrep = "pgrep -f '[l]ightseg bench --size 64x64 --iters 2 --threads 1 --contention 2' >/dev/null";
   EXPECT_NE(std::system(pgrep.c_str()), 0) << "a busy process outlived bench";
+  fs::remove_all(dir);
+}
+
+// The busy processes stand for a robot's ordinary programs: nice 0 whatever lightseg's own
+// priority, so `nice -n -10 lightseg bench --contention 2` measures a prioritised lightseg. Here
+// lightseg runs at 3 above this process; only a privileged parent may set its children below its
+// own nice value, so as root they are at 0, otherwise no higher than lightseg.
+TEST(ThreadWait, BusyProcessesRunAtTheDefaultPriorityWhateverLightsegs) {
+  auto dir = temp_dir("nice");
+  ScopedEnv env(kNoWaitVars);
+  errno = 0;
+  const int base = getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  const int expected = std::min(19, base + 3);
+  const std::string cmd = "OMP_NUM_THREADS=1 timeout -k 5 120 nice -n 3 " + lightseg::fixtures::shell_quote(LIGHTSEG_CLI) +
+                          " bench --size 64x64 --iters 2 --threads 1 --contention 2 --json >" +
+                          lightseg::fixtures::shell_quote((dir / "out.txt").string()) + " 2>&1 </dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream f(dir / "out.txt");
+  std::string line, last;
+  while (std::getline(f, line))
+    if (!line.empty()) last = line;
+  const auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j.at("nice").get<int>(), expected) << last;
+  const auto others = j.at("contention_nice").get<std::vector<int>>();
+  ASSERT_EQ(others.size(), 2u) << last;
+  for (int n : others) {
+    if (geteuid() == 0) EXPECT_EQ(n, 0) << last;
+    else EXPECT_LE(n, expected) << last;
+  }
   fs::remove_all(dir);
 }
 

@@ -3,6 +3,7 @@
 // same run. Speed does not depend on the weights: without any, it runs random ones.
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,7 +14,9 @@
 #include <cstdlib>
 
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +82,10 @@ double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 
 // `--contention N`: N other processes, each busy on a core for as long as the timing runs, as
 // on a robot whose other programs share the CPU. They die with this process, however it ends.
+// They run at the default priority (SCHED_OTHER, nice 0) whatever lightseg's own: `nice -n -10 lightseg bench
+// --contention 2` measures a prioritised lightseg against ordinary processes. (A process may
+// always raise its children's nice value; lowering it below its own needs CAP_SYS_NICE, so under
+// `nice -n 5` without it they stay at 5: `nices()` says what they got.)
 class BusyProcesses {
  public:
   explicit BusyProcesses(int n) {
@@ -87,12 +94,19 @@ class BusyProcesses {
       if (pid < 0) throw std::runtime_error("--contention: fork failed");
       if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        const sched_param normal{};  // an ordinary process even under `chrt` (leaving real time is always allowed)
+        sched_setscheduler(0, SCHED_OTHER, &normal);
         volatile uint64_t x = 0;
         for (;;) x = x + 1;
       }
       pids_.push_back(pid);
+      setpriority(PRIO_PROCESS, static_cast<id_t>(pid), 0);
+      errno = 0;
+      const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(pid));
+      nices_.push_back(errno == 0 ? nice : 0);
     }
   }
+  const std::vector<int>& nices() const { return nices_; }
   ~BusyProcesses() {
     for (pid_t p : pids_) kill(p, SIGKILL);
     for (pid_t p : pids_) waitpid(p, nullptr, 0);
@@ -100,6 +114,7 @@ class BusyProcesses {
 
  private:
   std::vector<pid_t> pids_;
+  std::vector<int> nices_;
 };
 
 }  // namespace
@@ -178,8 +193,10 @@ void add_bench(CLI::App& app, Args& a) {
     sync();
     std::vector<double> ms;
     ms.reserve(a.iters);
+    std::vector<int> others_nice;
     {
       BusyProcesses others(contention);
+      others_nice = others.nices();
       for (int i = 0; i < a.iters; ++i) {
         auto t0 = clock::now();
         auto y = call();
@@ -205,10 +222,17 @@ void add_bench(CLI::App& app, Args& a) {
                   "resized back)\n",
                   static_cast<long long>(h), static_cast<long long>(w), static_cast<long long>(nh),
                   static_cast<long long>(nw));
-    std::printf("threads: %s%s\n", thread_wait_policy().c_str(),
-                contention > 0 ? (", timed with " + std::to_string(contention) + " other busy process" +
-                                  (contention == 1 ? "" : "es")).c_str()
-                               : "");
+    errno = 0;
+    const int own_nice = getpriority(PRIO_PROCESS, 0);  // this thread's, which the threads it starts inherit
+    std::string others_text;
+    if (contention > 0) {
+      others_text = ", timed with " + std::to_string(contention) + " other busy process" + (contention == 1 ? "" : "es");
+      if (own_nice != 0 || others_nice.front() != 0)
+        others_text += " (nice " + std::to_string(others_nice.front()) + "; lightseg at nice " + std::to_string(own_nice) + ")";
+    } else if (own_nice != 0) {
+      others_text = ", lightseg at nice " + std::to_string(own_nice);
+    }
+    std::printf("threads: %s%s\n", thread_wait_policy().c_str(), others_text.c_str());
     if (engine->backend().rfind("onednn", 0) == 0) std::printf("plans:   %s\n", onednn_plan_description().c_str());
     std::printf("latency: median %.2f ms, p90 %.2f ms, p99 %.2f ms, best %.2f ms (per call of %d image%s)\n", p50, p90,
                 p99, best, a.batch,
@@ -244,6 +268,8 @@ void add_bench(CLI::App& app, Args& a) {
       j["peak_fraction"] = round3(achieved / peak);
       j["weights"] = source;
       j["contention"] = contention;
+      j["nice"] = own_nice;
+      j["contention_nice"] = others_nice;
       j["wait_policy"] = thread_wait_policy();
       std::cout << json_line(j) << std::endl;
     }
