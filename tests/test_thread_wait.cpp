@@ -6,10 +6,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <sys/resource.h>
