@@ -75,7 +75,8 @@ fi
 if [ $tests -eq 1 ]; then
   SECONDS=0
   # The tests run the CLI through build-arm64/bin/lightseg-emulated (qemu as well).
-  LIGHTSEG_TEST_CLI_TIMEOUT=${LIGHTSEG_TEST_CLI_TIMEOUT:-900} \
+  # (GOMP_SPINCOUNT set: the tests do not re-execute themselves for their wait policy.)
+  LIGHTSEG_TEST_CLI_TIMEOUT=${LIGHTSEG_TEST_CLI_TIMEOUT:-900} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} \
     "${qemu[@]}" "$BUILD/bin/lightseg_tests" --gtest_filter="$TEST_FILTER" --gtest_brief=1
   echo "cross_arm64: lightseg_tests ($TEST_FILTER) under qemu-aarch64 took ${SECONDS} s" >&2
 fi

@@ -10,4 +10,5 @@ set -euo pipefail
 command -v qemu-x86_64 >/dev/null 2>&1 || { echo "qemu-x86_64 (Debian's qemu-user) is not installed: skipped"; exit 77; }
 FILTER='Kernels.*:Engine.BatchesAndRepeatedCallsAgree:Engine.OtherConfigurations:Engine.PortableKernelsMatchTheNativeOnes:Engine.Bf16HandlesEveryConfigurationAndSize:Engine.PrecisionErrorsAreClear:Engine.Int8IsRefusedWithAReason'
 # TCG lacks Haswell's TSX and INVPCID; qemu says so on every start: not our business.
-OMP_NUM_THREADS=2 qemu-x86_64 -cpu Haswell "$1" --gtest_filter="$FILTER" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+# GOMP_SPINCOUNT set: lightseg_tests does not re-execute itself (natively) for its wait policy.
+OMP_NUM_THREADS=2 GOMP_SPINCOUNT=1000 qemu-x86_64 -cpu Haswell "$1" --gtest_filter="$FILTER" 2> >(grep -v "TCG doesn't support requested feature" >&2)

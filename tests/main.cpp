@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <execinfo.h>
+#include <cstdio>
+#include <exception>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +23,17 @@ void print_frames_and_die(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The CLI's wait policy (lightseg/runtime.h), the same way: GNU OpenMP read its variables when
+  // it was loaded, so a fresh image of this program runs with them. Without it, two test
+  // processes side by side (ctest -j2 on two cores) spin against each other: one training test
+  // took 89 s beside the others instead of 7 s alone. Under an emulator, set GOMP_SPINCOUNT
+  // (tests/avx2_emulated.sh does): the new image would run natively.
+  try {
+    if (lightseg::set_thread_wait_defaults()) execv("/proc/self/exe", argv);  // returns only on failure
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lightseg_tests: %s\n", e.what());
+    return 2;
+  }
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, print_frames_and_die);
   lightseg::init_runtime();
   ::testing::InitGoogleTest(&argc, argv);
