@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   // took 89 s beside the others instead of 7 s alone. Under an emulator, set GOMP_SPINCOUNT
   // (tests/avx2_emulated.sh does): the new image would run natively.
   try {
-    if (lightseg::set_thread_wait_defaults()) execv("/proc/self/exe", argv);  // returns only on failure
+    lightseg::reexec_with_thread_wait_defaults(argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lightseg_tests: %s\n", e.what());
     return 2;

@@ -20,8 +20,8 @@ int init_runtime(int threads = 0);
 // when another process wants the same cores, as on a robot. lightseg's programs run with a
 // short spin instead (kDefaultSpinCount, then the threads sleep). GNU OpenMP reads its variables
 // once, when it is loaded, before main(): so a program sets them in its environment, or calls
-// set_thread_wait_defaults() first thing in main() and, when it returns true, re-executes itself
-// (the CLI does: tools/lightseg/main.cpp). Nothing is changed when the user set any of
+// set_thread_wait_defaults() first thing in main() and, when it returns true, re-executes itself:
+// reexec_with_thread_wait_defaults(argv) does both (the CLI and lightseg_tests call it). Nothing is changed when the user set any of
 // OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (LLVM OpenMP), or LIGHTSEG_SPIN=default.
 constexpr const char* kDefaultSpinCount = "1000";
 // Sets GOMP_SPINCOUNT (and KMP_BLOCKTIME) in this process's environment when the user set none
@@ -29,6 +29,12 @@ constexpr const char* kDefaultSpinCount = "1000";
 // make the OpenMP runtime read them). LIGHTSEG_SPIN=N sets the spin count, LIGHTSEG_SPIN=default
 // leaves the runtime's default.
 bool set_thread_wait_defaults();
+// First thing in main(): set_thread_wait_defaults() and, when it changed something, execv() of
+// /proc/self/exe with the same arguments. Returns only when nothing was to be done or the exec
+// failed (the program then runs with the runtime's default); throws std::invalid_argument for a
+// bad LIGHTSEG_SPIN. Under an emulator that does not follow exec (qemu-user without binfmt), set
+// GOMP_SPINCOUNT yourself: the new image would run natively.
+void reexec_with_thread_wait_defaults(char** argv);
 // One line for `info` and `bench`: the OpenMP wait policy in effect and who set it.
 std::string thread_wait_policy();
 

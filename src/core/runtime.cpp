@@ -1,6 +1,7 @@
 #include "lightseg/runtime.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <stdexcept>
@@ -50,6 +51,10 @@ bool set_thread_wait_defaults() {
   setenv("KMP_BLOCKTIME", spin == "0" ? "0" : "1", 1);
   setenv(kMarker, spin.c_str(), 1);
   return true;
+}
+
+void reexec_with_thread_wait_defaults(char** argv) {
+  if (set_thread_wait_defaults()) execv("/proc/self/exe", argv);  // returns only on failure
 }
 
 std::string thread_wait_policy() {

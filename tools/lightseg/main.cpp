@@ -2,7 +2,6 @@
 // calls the library; errors are printed as "error: ..." with a non-zero exit code.
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <exception>
 
 #include "args.h"
@@ -12,12 +11,11 @@
 // default (lightseg/runtime.h) takes effect in a fresh image of this program with it set.
 static void reexec_with_thread_wait_defaults(char** argv) {
   try {
-    if (!lightseg::set_thread_wait_defaults()) return;
+    lightseg::reexec_with_thread_wait_defaults(argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     std::exit(2);
   }
-  execv("/proc/self/exe", argv);  // returns only on failure: go on with the runtime's default
 }
 
 int main(int argc, char** argv) {
