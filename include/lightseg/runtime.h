@@ -21,8 +21,9 @@ int init_runtime(int threads = 0);
 // short spin instead (kDefaultSpinCount, then the threads sleep). GNU OpenMP reads its variables
 // once, when it is loaded, before main(): so a program sets them in its environment, or calls
 // set_thread_wait_defaults() first thing in main() and, when it returns true, re-executes itself:
-// reexec_with_thread_wait_defaults(argv) does both (the CLI and lightseg_tests call it). Nothing is changed when the user set any of
-// OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (LLVM OpenMP), or LIGHTSEG_SPIN=default.
+// reexec_with_thread_wait_defaults(argv) does both (the CLI and lightseg_tests call it). Nothing
+// is changed when the user set any of OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (LLVM
+// OpenMP), or LIGHTSEG_SPIN=default.
 constexpr const char* kDefaultSpinCount = "1000";
 // Sets GOMP_SPINCOUNT (and KMP_BLOCKTIME) in this process's environment when the user set none
 // of the wait variables; true when it changed something (the caller must re-execute itself to
