@@ -106,14 +106,16 @@ TEST(ThreadWait, ABadSpinCountIsAClearError) {
 TEST(ThreadWait, BenchTimesUnderContentionAndLeavesNoBusyProcess) {
   auto dir = temp_dir("contention");
   ScopedEnv env(kNoWaitVars);
-  auto args = kTinyBench;
-  args.insert(args.end(), {"--contention", "2", "--json"});
+  // A command line no other test runs (under ctest -j2 the next test's bench, also with
+  // --contention 2, may be running beside this one): 64x72, 3 iterations.
+  const std::vector<std::string> args = {"bench",        "--size", "64x72", "--iters", "3", "--threads", "1",
+                                         "--contention", "2",      "--json"};
   auto r = run_cli(args, dir);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("timed with 2 other busy processes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"contention\": 2"), std::string::npos) << r.out;
   // The busy children were reaped: none is left as a child of anything (they die with bench).
-  const std::string pgrep = "pgrep -f '[l]ightseg bench --size 64x64 --iters 2 --threads 1 --contention 2' >/dev/null";
+  const std::string pgrep = "pgrep -f '[l]ightseg bench --size 64x72 --iters 3 --threads 1 --contention 2' >/dev/null";
   EXPECT_NE(std::system(pgrep.c_str()), 0) << "a busy process outlived bench";
   fs::remove_all(dir);
 }
