@@ -88,6 +88,10 @@ bool onednn_available();
 // What the onednn backend's plans run on this CPU, e.g. "nChw8c plans on oneDNN's avx2 kernels"
 // ("" without onednn).
 std::string onednn_plan_description();
+// What shares the onednn plans' own steps (not oneDNN's convolutions) among threads: "openmp"
+// (the default) or "pool" (LIGHTSEG_STEPS=pool: the claim pool, for CPUs shared with other
+// processes; docs/guide/deployment.md). Throws std::invalid_argument for another LIGHTSEG_STEPS.
+std::string onednn_step_scheduler();
 
 // int8 calibration: a bound of |x| for the input of every dense convolution, measured on
 // `images` (each N×3×H×W float RGB 0..255, at the size inference will see) as the largest over

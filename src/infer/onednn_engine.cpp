@@ -21,7 +21,9 @@
 //     halves written in place (such a concat is stored in bf16 in bf16 plans); the final ×4
 //     bilinear upsampling straight into the logits, or fused with the argmax for labels().
 // Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread
-// count; this file must be compiled with -fopenmp, or at::parallel_for runs serially).
+// count; this file must be compiled with -fopenmp, or at::parallel_for runs serially), or
+// with LIGHTSEG_STEPS=pool on the claim pool (onednn/claim_pool.h: no barrier at a step's
+// end; batch-1 convolutions then in a slice per thread with their pass, onednn/sliced_conv.h).
 // With EngineOptions::profile, every step is timed and InferenceEngine::profile() gives the
 // mean time of each (the caller prints it: `lightseg bench --profile`).
 //
@@ -54,6 +56,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "infer/onednn/blocked.h"
+#include "infer/onednn/claim_pool.h"
 #endif
 
 namespace lightseg {
@@ -65,6 +68,7 @@ bool onednn_bf16_available() { return false; }
 bool onednn_int8_available() { return false; }
 int onednn_plan_block() { return 0; }
 std::string onednn_plan_description() { return ""; }
+std::string onednn_step_scheduler() { return "openmp"; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
 void onednn_use_native_kernels(bool) {}
 void onednn_set_winograd(int) {}
@@ -134,6 +138,8 @@ int onednn_plan_block() {
 #endif
 }
 
+std::string onednn_step_scheduler() { return onednn::claim_pool_chosen() ? "pool" : "openmp"; }
+
 std::string onednn_plan_description() {
   const auto isa = dnnl::get_effective_cpu_isa();
   const char* name = isa == dnnl::cpu_isa::avx512_core_amx    ? "avx512_core_amx"
@@ -177,6 +183,7 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool 
                                             : "this CPU has none") +
         ": use fp32");
   if (std::string why = onednn_unsuitable_reason(); !why.empty()) throw BackendUnsuitable(why + ": use the fused backend");
+  onednn::claim_pool_chosen();  // a bad LIGHTSEG_STEPS is an error here, not in a step
   return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, int8, profile, max_plans)
                                    : onednn::b8::make_blocked_engine(f, bf16, int8, profile, max_plans);
 }

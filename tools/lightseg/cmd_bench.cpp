@@ -233,7 +233,9 @@ void add_bench(CLI::App& app, Args& a) {
       others_text = ", lightseg at nice " + std::to_string(own_nice);
     }
     std::printf("threads: %s%s\n", thread_wait_policy().c_str(), others_text.c_str());
-    if (engine->backend().rfind("onednn", 0) == 0) std::printf("plans:   %s\n", onednn_plan_description().c_str());
+    if (engine->backend().rfind("onednn", 0) == 0)
+      std::printf("plans:   %s; their own steps on %s\n", onednn_plan_description().c_str(),
+                  onednn_step_scheduler() == "pool" ? "the claim pool (LIGHTSEG_STEPS=pool)" : "OpenMP's threads");
     std::printf("latency: median %.2f ms, p90 %.2f ms, p99 %.2f ms, best %.2f ms (per call of %d image%s)\n", p50, p90,
                 p99, best, a.batch,
                 a.batch == 1 ? "" : "s");
@@ -256,7 +258,10 @@ void add_bench(CLI::App& app, Args& a) {
       j["p99_ms"] = round3(p99);
       j["fps"] = round3(fps);
       j["backend"] = engine->backend();
-      if (engine->backend().rfind("onednn", 0) == 0) j["plans"] = onednn_plan_description();
+      if (engine->backend().rfind("onednn", 0) == 0) {
+        j["plans"] = onednn_plan_description();
+        j["steps"] = onednn_step_scheduler();
+      }
       j["min_ms"] = round3(best);
       j["images_per_s"] = round3(ips);
       j["device"] = dev_name;

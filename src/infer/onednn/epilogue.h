@@ -115,39 +115,56 @@ template <class S>
 void register_epilogue(const Epilogue&, const S*, int64_t, int64_t, int64_t, int64_t, const vb*) {}
 #endif
 
+// The pass's items: (image, block, tile of kTile pixels), block-major (a block's tiles in a
+// row: blocked values are contiguous per block), but pixel-major where NHWC data is read or
+// written (int8 plans): a tile's blocks in a row share their cache lines.
+struct EpilogueItems {
+  explicit EpilogueItems(const Epilogue& e)
+      : blocks(round_up(e.dst.C) / kBlock),
+        P(e.dst.pixels()),
+        tiles((P + kTile - 1) / kTile),
+        count(e.dst.N * blocks * tiles),
+        nhwc(e.src.fmt == View::Fmt::Nhwc && !e.src.bf16 && e.src.C == e.dst.C),  // int8 plans
+        fast(register_epilogue_fits(e) && (e.src.fmt == View::Fmt::Blocked || nhwc)),
+        pixel_major(e.src.fmt == View::Fmt::Nhwc || e.q8) {}
+  void run(const Epilogue& e, int64_t i) const {
+    const int64_t tile = pixel_major ? (i / blocks) % tiles : i % tiles;
+    const int64_t g = pixel_major ? i % blocks : (i / tiles) % blocks, n = i / (tiles * blocks);
+    const int64_t p = tile * kTile, np = std::min(kTile, P - p);
+    if (fast && nhwc) {
+      const PixelStrided s{e.src.data + (n * P + p) * e.src.C + g * kBlock, e.src.C};
+      register_epilogue(e, &s, n, g, p, np, nullptr);
+    } else if (fast && e.src.bf16)
+      register_epilogue(e, e.src.blockh(n, g) + p * kBlock, n, g, p, np, nullptr);
+    else if (fast)
+      register_epilogue(e, e.src.block(n, g) + p * kBlock, n, g, p, np, nullptr);
+    else
+      epilogue_tile(e, n, g, p, np);
+  }
+  const int64_t blocks, P, tiles, count;
+  const bool nhwc, fast, pixel_major;
+};
+
 void run_epilogue(const Epilogue& e) {
-  const int64_t blocks = round_up(e.dst.C) / kBlock, P = e.dst.pixels();
-  const int64_t tiles = (P + kTile - 1) / kTile;
-  const int64_t items = e.dst.N * blocks * tiles;
-  const bool nhwc = e.src.fmt == View::Fmt::Nhwc && !e.src.bf16 && e.src.C == e.dst.C;  // int8 plans
-  const bool fast = register_epilogue_fits(e) && (e.src.fmt == View::Fmt::Blocked || nhwc);
-  const bool pixel_major = e.src.fmt == View::Fmt::Nhwc || e.q8;
-  at::parallel_for(0, items, 16, [&](int64_t b, int64_t end) {
-    for (int64_t i = b; i < end; ++i) {
-      // Block-major (a block's tiles in a row: blocked values are contiguous per block), but
-      // pixel-major where NHWC data is read or written (int8 plans): a tile's blocks in a row
-      // share their cache lines.
-      const int64_t tile = pixel_major ? (i / blocks) % tiles : i % tiles;
-      const int64_t g = pixel_major ? i % blocks : (i / tiles) % blocks, n = i / (tiles * blocks);
-      const int64_t p = tile * kTile, np = std::min(kTile, P - p);
-      if (fast && nhwc) {
-        const PixelStrided s{e.src.data + (n * P + p) * e.src.C + g * kBlock, e.src.C};
-        register_epilogue(e, &s, n, g, p, np, nullptr);
-      } else if (fast && e.src.bf16)
-        register_epilogue(e, e.src.blockh(n, g) + p * kBlock, n, g, p, np, nullptr);
-      else if (fast)
-        register_epilogue(e, e.src.block(n, g) + p * kBlock, n, g, p, np, nullptr);
-      else
-        epilogue_tile(e, n, g, p, np);
-    }
+  const EpilogueItems items(e);
+  parallel_steps(0, items.count, 16, [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) items.run(e, i);
   });
+}
+
+// The pass on blocks [g0, g1) of image n only, on this thread (a sliced convolution's piece,
+// sliced_conv.h); block-major passes only.
+void run_epilogue_blocks(const Epilogue& e, int64_t n, int64_t g0, int64_t g1) {
+  const EpilogueItems items(e);
+  if (items.pixel_major) throw std::logic_error("onednn: a pixel-major pass cut by blocks");
+  for (int64_t i = (n * items.blocks + g0) * items.tiles; i < (n * items.blocks + g1) * items.tiles; ++i) items.run(e, i);
 }
 
 // Image (N×3×H×W, NCHW, 0..255) → normalised image (plain NCHW or NHWC): one pass.
 void run_normalize(const float* x, const View& out, const float* scale, const float* shift) {
   const int64_t P = out.pixels(), C = out.C;
   if (out.fmt == View::Fmt::Nchw) {
-    at::parallel_for(0, out.N * C, 1, [&](int64_t b, int64_t e) {
+    parallel_steps(0, out.N * C, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const float s = scale[i % C], h = shift[i % C];
         const float* src = x + i * P;
@@ -157,7 +174,7 @@ void run_normalize(const float* x, const View& out, const float* scale, const fl
     });
     return;
   }
-  at::parallel_for(0, out.N * out.H, 8, [&](int64_t b, int64_t e) {
+  parallel_steps(0, out.N * out.H, 8, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t n = r / out.H, y = r % out.H;
       float* dst = out.data + (n * P + y * out.W) * C;

@@ -20,6 +20,7 @@ class PlanBuilder {
   float* valid(int64_t c) { return param(torch::ones({c}), c); }
   void add_step(const std::string& label, Plan::Step fn);
   void add_epilogue(std::unique_ptr<Epilogue> e, const std::string& label);
+  Epilogue* keep_epilogue(std::unique_ptr<Epilogue> e);  // the plan keeps it; it is the operation's final pass
   // A pass without scale or activation: src into dst, plus the values `adds`.
   void add_copy_pass(const View& src, const View& dst, const std::vector<int>& adds, const std::string& label);
   std::vector<const View*> views_of(const std::vector<int>& vs);
@@ -47,8 +48,12 @@ class PlanBuilder {
   struct DenseShape;
   DenseShape dense_shape(const FusedOp& op, const View& x, const View& y) const;
   void int8_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass);
-  void float_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass);
+  // True when the pass is part of the convolution's step (a sliced convolution).
+  bool float_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass);
+  bool sliced_dense_conv(const FusedOp& op, const DenseShape& s, const dnnl::memory& src, const View& cdst,
+                         dnnl::primitive_attr attr, bool use_bf16, bool pass, const std::string& impl);
   void conv_pass(const FusedOp& op, const View& src, Act act);
+  Epilogue* conv_pass_epilogue(const FusedOp& op, const View& src, Act act);  // kept, no step
   void fill_depthwise(DepthwiseConv& c, const FusedOp& o, const View& x, const std::vector<int>& adds);
 
   Plan& p_;
@@ -152,10 +157,15 @@ void PlanBuilder::add_step(const std::string& label, Plan::Step fn) {
   p_.labels_.push_back(label);
 }
 
-void PlanBuilder::add_epilogue(std::unique_ptr<Epilogue> e, const std::string& label) {
+Epilogue* PlanBuilder::keep_epilogue(std::unique_ptr<Epilogue> e) {
   Epilogue* p = e.get();
   final_pass_ = p;
   p_.epilogues_.push_back(std::move(e));
+  return p;
+}
+
+void PlanBuilder::add_epilogue(std::unique_ptr<Epilogue> e, const std::string& label) {
+  Epilogue* p = keep_epilogue(std::move(e));
   add_step(label, [p](dnnl::stream&) { run_epilogue(*p); });
 }
 

@@ -153,8 +153,8 @@ void PlanBuilder::dense_conv(int i) {
   if (an_.int8_conv[i]) {
     int8_dense_conv(i, s, cdst, pass);
   } else {
-    float_dense_conv(i, s, cdst, pass);
-    if (pass) conv_pass(op, cdst, op.act);
+    const bool pass_done = float_dense_conv(i, s, cdst, pass);
+    if (pass && !pass_done) conv_pass(op, cdst, op.act);
   }
   if (scratch) p_.release(scratch, cdst.floats());
 }
@@ -162,6 +162,11 @@ void PlanBuilder::dense_conv(int i) {
 // The pass that finishes a convolution: `src` (its raw result) → the value, with the
 // activation `act`, the residual and the additions.
 void PlanBuilder::conv_pass(const FusedOp& op, const View& src, Act act) {
+  Epilogue* e = conv_pass_epilogue(op, src, act);
+  add_step(op.name + " (pass)", [e](dnnl::stream&) { run_epilogue(*e); });
+}
+
+Epilogue* PlanBuilder::conv_pass_epilogue(const FusedOp& op, const View& src, Act act) {
   auto e = std::make_unique<Epilogue>();
   e->src = src;
   e->dst = p_.views_[op.out];
@@ -170,7 +175,7 @@ void PlanBuilder::conv_pass(const FusedOp& op, const View& src, Act act) {
   if (op.residual >= 0) e->residual = &p_.views_[op.residual];
   e->adds = views_of(op.add);
   e->valid = valid(op.weight.size(0));
-  add_epilogue(std::move(e), op.name + " (pass)");
+  return keep_epilogue(std::move(e));
 }
 
 // int8 (int8_conv.h): into an NHWC f32 result, then the pass into the value.
@@ -195,7 +200,7 @@ void PlanBuilder::int8_dense_conv(int i, const DenseShape& s, const View& cdst, 
 // its Winograd for dense 3×3 stride-1 convolutions; for the first convolution also an NHWC
 // input; our Winograd F(4×4, 3×3) and F(6×6, 3×3) where they fit. A layout that only oneDNN's
 // reference kernel takes runs in NHWC between two reorders instead.
-void PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass) {
+bool PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass) {
   const auto& op = f_.ops[i];
   const View& x = p_.views_[op.in[0]];
   const auto& eng = p_.eng_;
@@ -329,6 +334,9 @@ void PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst,
              [wino](dnnl::stream&) { run_winograd(*wino); });
   } else if (!cands.empty()) {
     p_.views_[op.in[0]].fmt = best->fmt;  // the first convolution picks the normalised image's format
+    if (best->impl.find("winograd") == std::string::npos &&
+        sliced_dense_conv(op, s, best->src, cdst, attr, use_bf16, pass, best->impl))
+      return pass;
     p_.params_.push_back(best->wbuf);
     auto prim = best->prim;
     auto smem = best->src, wmem = best->weights;
@@ -336,4 +344,82 @@ void PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst,
       prim.execute(st, {{DNNL_ARG_SRC, smem}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_BIAS, bmem}, {DNNL_ARG_DST, dmem}});
     });
   }
+  return false;
+}
+
+// On the claim pool (LIGHTSEG_STEPS=pool), batch 1: the convolution `impl` chose, cut into a
+// slice per thread by output channel blocks, each made for one thread, with its pass
+// (sliced_conv.h). False where it does not apply (the convolution then runs whole, on OpenMP).
+bool PlanBuilder::sliced_dense_conv(const FusedOp& op, const DenseShape& s, const dnnl::memory& src, const View& cdst,
+                                    dnnl::primitive_attr attr, bool use_bf16, bool pass, const std::string& impl) {
+  const int threads = at::get_num_threads();
+  const int64_t B = round_up(s.O) / kBlock;
+  if (!claim_pool_chosen() || int8_ || threads < 2 || cdst.N != 1 || s.G != 1 || B < 2 ||
+      cdst.fmt != View::Fmt::Blocked)
+    return false;
+  // One slice per thread: more (4 per thread) cost 10-15 % more than whole convolutions on a
+  // quiet CPU (each slice reads the whole input; narrower slices block worse), one ~4 %.
+  const int64_t S = std::min<int64_t>(B, threads);
+  const auto& eng = p_.eng_;
+  auto c = std::make_shared<SlicedConv>();
+  c->eng = eng;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // a scratchpad per slice: slices run at once
+  const dims strides{op.stride[0], op.stride[1]}, dil{s.dh - 1, s.dw - 1}, pad_l{s.ph, s.pw}, pad_r{s.rh, s.rw};
+  const torch::Tensor bias = op.bias.to(torch::kCPU, torch::kFloat32);
+  std::string slice_impl;
+  {
+    // oneDNN fixes a primitive's thread count when it is made: one, so that a slice runs on
+    // the thread that claims it.
+    struct OneThread {
+      const int was = at::get_num_threads();
+      OneThread() { at::set_num_threads(1); }
+      ~OneThread() { at::set_num_threads(was); }
+    } one;
+    dnnl::stream st(eng);
+    for (int64_t k = 0; k < S; ++k) {
+      SlicedConv::Slice sl;
+      sl.g0 = B * k / S;
+      sl.g1 = B * (k + 1) / S;
+      const int64_t o0 = sl.g0 * kBlock, o1 = std::min(s.O, sl.g1 * kBlock);
+      View d = cdst;
+      d.data = cdst.bf16 ? reinterpret_cast<float*>(cdst.blockh(0, sl.g0)) : cdst.block(0, sl.g0);
+      d.C = d.ctot = o1 - o0;
+      const dims wd{o1 - o0, s.wd[1], s.wd[2], s.wd[3]};
+      dnnl::memory::desc bd({o1 - o0}, dtype::f32, tag::x);
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           src.get_desc(),
+                                           dnnl::memory::desc(wd, use_bf16 ? dtype::bf16 : dtype::f32, tag::any), bd,
+                                           d.desc(), strides, dil, pad_l, pad_r);
+      dnnl::convolution_forward::primitive_desc pd;
+      try {
+        pd = dnnl::convolution_forward::primitive_desc(desc, attr, eng);
+      } catch (const dnnl::error&) {
+        return false;
+      }
+      slice_impl = pd.impl_info_str();
+      if (slice_impl.rfind("ref", 0) == 0) return false;
+      auto w = s.w_live.slice(0, o0, o1).contiguous();
+      dnnl::memory wsrc(dnnl::memory::desc(wd, dtype::f32, tag::oihw), eng, w.data_ptr());
+      c->storage.push_back(torch::empty({static_cast<int64_t>(pd.weights_desc().get_size() / sizeof(float)) + 1}));
+      dnnl::memory wm(pd.weights_desc(), eng, c->storage.back().data_ptr());
+      dnnl::reorder(wsrc, wm).execute(st, wsrc, wm);
+      st.wait();
+      c->storage.push_back(bias.slice(0, o0, o1).contiguous().clone());
+      dnnl::memory bm(bd, eng, c->storage.back().data_ptr());
+      c->storage.push_back(torch::empty({static_cast<int64_t>(pd.scratchpad_desc().get_size() / sizeof(float)) + 1}));
+      dnnl::memory sm(pd.scratchpad_desc(), eng, c->storage.back().data_ptr());
+      sl.args = {{DNNL_ARG_SRC, src},
+                 {DNNL_ARG_WEIGHTS, wm},
+                 {DNNL_ARG_BIAS, bm},
+                 {DNNL_ARG_DST, dnnl::memory(d.desc(), eng, d.data)},
+                 {DNNL_ARG_SCRATCHPAD, sm}};
+      sl.prim = dnnl::convolution_forward(pd);
+      c->slices.push_back(std::move(sl));
+    }
+  }
+  if (pass) c->pass = conv_pass_epilogue(op, cdst, op.act);
+  add_step(op.name + " (" + slice_impl + " in " + std::to_string(S) + " slices" + (pass ? " + pass" : "") +
+               ": claim pool; whole: " + impl + ")",
+           [c](dnnl::stream&) { run_sliced_conv(*c); });
+  return true;
 }

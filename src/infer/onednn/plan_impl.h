@@ -6,7 +6,6 @@
 //   LIGHTSEG_ONEDNN_X86_512  1 where the AVX-512 forms of the kernels (register epilogues,
 //                            packed logits, bf16 tiles) are compiled: x86-64 GCC/Clang, 16 lanes
 //   LIGHTSEG_ONEDNN_X86_256  1 where the AVX2 forms (register epilogues) are: x86-64, 8 lanes
-//   LIGHTSEG_ONEDNN_X86_256  1 where the AVX2 forms (register epilogues) are: x86-64, 8 lanes
 // See onednn_engine.cpp for what a plan is. Every vector type here is one channel block of
 // one pixel (GCC/Clang vector extension: one zmm in a 16-lane plan, one ymm in an 8-lane one,
 // portable code in a build without native kernels).
@@ -38,6 +37,7 @@
 #include "core/simd.h"  // the one SIMD helper set (outside the target region: always inlined)
 #include "infer/onednn/analysis.h"
 #include "infer/onednn/blocked.h"
+#include "infer/onednn/claim_pool.h"  // parallel_steps: every kernel's threads
 
 // The one dispatch: onednn_plan_block() picks a width from the CPU, oneDNN's ISA and
 // LIGHTSEG_MAX_ISA, and every function of that width's plans (defined below, in this
@@ -69,6 +69,7 @@ namespace lightseg::onednn::LIGHTSEG_ONEDNN_NS {
 #include "infer/onednn/kernels/concat.h"
 #include "infer/onednn/kernels/winograd.h"
 #include "infer/onednn/int8_conv.h"
+#include "infer/onednn/sliced_conv.h"
 #include "infer/onednn/plan.h"
 #include "infer/onednn/plan_build.h"
 #include "infer/onednn/plan_build_conv.h"

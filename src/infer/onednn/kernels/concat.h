@@ -13,7 +13,7 @@ struct ChannelConcat {
 void run_channel_concat(const ChannelConcat& c) {
   const View& d = c.dst;
   const int64_t P = d.pixels(), blocks = round_up(d.C) / kBlock;
-  at::parallel_for(0, d.N * P, 256, [&](int64_t b, int64_t e) {
+  parallel_steps(0, d.N * P, 256, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t n = i / P, p = i % P;
       int64_t off = 0;

@@ -177,7 +177,7 @@ void paired_row_bf16(const PairedDepthwise& c, int64_t n, int64_t g, int64_t y) 
 void run_paired(const PairedDepthwise& c) {
   const int64_t blocks = round_up(c.b.e.dst.C) / kBlock, OH = c.b.e.dst.H;
   const bool b16 = c.b.e.src.bf16, rows = c.b.e.q8 != nullptr;
-  at::parallel_for(0, c.b.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
+  parallel_steps(0, c.b.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
       // row-major where an int8 copy (NHWC) is written: a row's blocks in a row share its lines
       const int64_t n = i / (blocks * OH), g = rows ? i % blocks : (i / OH) % blocks, y = rows ? (i / blocks) % OH : i % OH;
@@ -200,7 +200,7 @@ void depthwise_row_bf16(const DepthwiseConv& c, int64_t n, int64_t g, int64_t y)
 void run_depthwise(const DepthwiseConv& c) {
   const int64_t blocks = round_up(c.e.dst.C) / kBlock, OH = c.e.dst.H;
   const bool b16 = c.e.src.bf16, rows = c.e.q8 != nullptr;
-  at::parallel_for(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
+  parallel_steps(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
       // row-major where an int8 copy (NHWC) is written: a row's blocks in a row share its lines
       const int64_t n = i / (blocks * OH), g = rows ? i % blocks : (i / OH) % blocks, y = rows ? (i / blocks) % OH : i % OH;

@@ -132,13 +132,13 @@ void output_row(const OutputResize& r, float* out, int64_t n, int64_t y) {
 void run_labels(const OutputResize& r, int64_t* out) {
 #if LIGHTSEG_ONEDNN_X86_512
   if (avx512_kernels() && r.src.C <= kBlock) {
-    at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+    parallel_steps(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) label_row_avx512(r, out, i / r.H, i % r.H);
     });
     return;
   }
 #endif
-  at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+  parallel_steps(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) label_row(r, out, i / r.H, i % r.H);
   });
 }
@@ -147,13 +147,13 @@ void run_output_resize(const OutputResize& r, float* out) {
 #if LIGHTSEG_ONEDNN_X86_512
   if (avx512_kernels() && r.src.C >= 8 && r.src.C < kBlock) {
     const OutputPack q = output_pack(r.src.C);
-    at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+    parallel_steps(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) output_row_packed(r, q, out, i / r.H, i % r.H);
     });
     return;
   }
 #endif
-  at::parallel_for(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
+  parallel_steps(0, r.src.N * r.H, 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) output_row(r, out, i / r.H, i % r.H);
   });
 }

@@ -37,7 +37,7 @@ void pool_row_bf16(const MaxPool2x2& c, int64_t n, int64_t g, int64_t y) {
 
 void run_pool(const MaxPool2x2& c) {
   const int64_t blocks = round_up(c.e.dst.C) / kBlock, OH = c.e.dst.H;
-  at::parallel_for(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
+  parallel_steps(0, c.e.dst.N * blocks * OH, 4, [&](int64_t b, int64_t end) {
     for (int64_t i = b; i < end; ++i) {
       if (c.src.bf16)
         pool_row_bf16(c, i / (blocks * OH), (i / OH) % blocks, i % OH);

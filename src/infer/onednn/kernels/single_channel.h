@@ -67,7 +67,7 @@ void single_channel_row_bf16(const SingleChannelConv& c, int64_t n, int64_t y) {
 }
 
 void run_single_channel(const SingleChannelConv& c) {
-  at::parallel_for(0, c.dst.N * c.dst.H, 4, [&](int64_t b, int64_t e) {
+  parallel_steps(0, c.dst.N * c.dst.H, 4, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       if (c.src.bf16)
         single_channel_row_bf16(c, i / c.dst.H, i % c.dst.H);

@@ -235,7 +235,7 @@ void run_winograd_m(const WinogradConv& c) {
   const int64_t T = (tw + nstrips - 1) / nstrips;          // all of one size but the last
   const int64_t strips = (tw + T - 1) / T, items = c.dst.N * th * strips;
   const int64_t Cin = c.src.C, Cout = c.dst.C;
-  at::parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
+  parallel_steps(0, items, 1, [&](int64_t b, int64_t e) {
     // Per-thread scratch, kept between calls: a fresh zeroed vector per call cost more than the
     // products on small maps (page faults of ~150 KB).
     static thread_local std::vector<float> scratch;

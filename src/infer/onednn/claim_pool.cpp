@@ -1,0 +1,216 @@
+// The claim pool (claim_pool.h): a step's pieces are claimed by whichever thread runs, and the
+// step ends when they are done, not when every thread has checked in.
+//
+// One step at a time: the caller publishes (generation, next piece) in one 64-bit word and the
+// step's fields, wakes the workers and claims pieces itself. A piece is claimed by a CAS on that
+// word, so a worker that read an older generation's word fails its CAS and claims nothing; a
+// worker whose CAS succeeds holds an unfinished piece of the current step, which therefore
+// cannot have ended, so the fields it read are that step's. Workers spin a little, then sleep on
+// a futex; the caller likewise waits for the last piece.
+#include "infer/onednn/claim_pool.h"
+
+#include <atomic>
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define LIGHTSEG_CLAIM_POOL 1
+#else
+#define LIGHTSEG_CLAIM_POOL 0
+#endif
+
+namespace lightseg::onednn {
+
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+#if LIGHTSEG_CLAIM_POOL
+void futex_wait(std::atomic<uint32_t>* word, uint32_t value) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, value, nullptr, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>* word, int n) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
+}
+#endif
+
+// Rounds of cpu_relax (~40-70 cycles each) a thread waits before it sleeps: a few
+// microseconds, about what the CLI's GOMP_SPINCOUNT=1000 gives OpenMP's threads.
+// (Measured on a shared CPU, 2 threads: 300 rounds or fewer lost more to the wake-ups of
+// sleeping threads than they saved; 20,000 or more cost a quiet CPU 15-40 %.)
+constexpr int kSpin = 2000;
+
+thread_local bool in_piece = false;
+
+class Pool {
+ public:
+  explicit Pool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~Pool() {
+    stop_.store(true);
+    generation_.fetch_add(1);
+#if LIGHTSEG_CLAIM_POOL
+    futex_wake(&generation_, INT_MAX);
+#endif
+    for (auto& t : workers_) t.join();
+  }
+  int threads() const { return threads_; }
+
+  void run(int64_t pieces, void (*piece)(void*, int64_t), void* ctx) {
+    piece_.store(piece, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    pieces_.store(static_cast<uint32_t>(pieces), std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const uint32_t g = generation_.load(std::memory_order_relaxed) + 1;
+    next_.store(static_cast<uint64_t>(g) << 32, std::memory_order_release);
+    generation_.store(g);  // seq_cst: ordered before the read of sleepers_ (a worker's mirror)
+#if LIGHTSEG_CLAIM_POOL
+    if (sleepers_.load() > 0) futex_wake(&generation_, INT_MAX);
+#endif
+    claim();
+    const auto all = static_cast<uint32_t>(pieces);
+    for (int s = 0; done_.load(std::memory_order_acquire) != all;) {
+      if (++s < kSpin) {
+        cpu_relax();
+        continue;
+      }
+#if LIGHTSEG_CLAIM_POOL
+      caller_sleeps_.store(true);
+      const uint32_t d = done_.load();
+      if (d != all) futex_wait(&done_, d);
+      caller_sleeps_.store(false);
+#endif
+    }
+  }
+
+  std::mutex lease;  // one caller's step at a time
+
+ private:
+  // Claims and runs pieces of the current step until none is left.
+  void claim() {
+    uint64_t w = next_.load(std::memory_order_acquire);
+    for (;;) {
+      const uint32_t i = static_cast<uint32_t>(w), all = pieces_.load(std::memory_order_relaxed);
+      auto* piece = piece_.load(std::memory_order_relaxed);
+      void* ctx = ctx_.load(std::memory_order_relaxed);
+      if (i >= all) return;
+      if (!next_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      in_piece = true;
+      piece(ctx, i);
+      in_piece = false;
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == all && caller_sleeps_.load()) {
+#if LIGHTSEG_CLAIM_POOL
+        futex_wake(&done_, 1);
+#endif
+      }
+      w = next_.load(std::memory_order_acquire);
+    }
+  }
+  void work() {
+    uint32_t seen = 0;
+    while (!stop_.load()) {
+      for (int s = 0; generation_.load(std::memory_order_acquire) == seen && s < kSpin; ++s) cpu_relax();
+      if (generation_.load() == seen) {
+#if LIGHTSEG_CLAIM_POOL
+        sleepers_.fetch_add(1);
+        if (generation_.load() == seen) futex_wait(&generation_, seen);
+        sleepers_.fetch_sub(1);
+#endif
+        continue;
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      if (!stop_.load()) claim();
+    }
+  }
+
+  const int threads_;
+  std::atomic<uint64_t> next_{0};  // generation << 32 | next unclaimed piece
+  std::atomic<uint32_t> generation_{0}, done_{0}, pieces_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeps_{false}, stop_{false};
+  std::atomic<void (*)(void*, int64_t)> piece_{nullptr};
+  std::atomic<void*> ctx_{nullptr};
+  std::vector<std::thread> workers_;
+};
+
+// The process's pool, rebuilt when LibTorch's thread count changes (under `rebuild`).
+std::mutex rebuild;
+std::unique_ptr<Pool> the_pool;
+
+}  // namespace
+
+namespace {
+std::atomic<int> chosen{-1};  // -1: LIGHTSEG_STEPS not read yet
+}
+
+bool claim_pool_chosen() {
+  int c = chosen.load(std::memory_order_relaxed);
+  if (c >= 0) return c == 1;
+  const char* v = std::getenv("LIGHTSEG_STEPS");
+  if (!v || !*v || std::strcmp(v, "openmp") == 0) c = 0;
+  else if (std::strcmp(v, "pool") != 0)
+    throw std::invalid_argument(std::string("LIGHTSEG_STEPS must be openmp or pool, not '") + v + "'");
+  else if (!LIGHTSEG_CLAIM_POOL)
+    throw std::invalid_argument("LIGHTSEG_STEPS=pool needs Linux's futexes; use openmp (the default)");
+  else c = 1;
+  chosen.store(c, std::memory_order_relaxed);
+  return c == 1;
+}
+
+void choose_claim_pool(bool pool) {
+  if (pool && !LIGHTSEG_CLAIM_POOL) throw std::invalid_argument("the claim pool needs Linux's futexes");
+  chosen.store(pool ? 1 : 0, std::memory_order_relaxed);
+}
+
+ClaimPoolLease::ClaimPoolLease() {
+  if (in_piece) {
+    nested_ = true;
+    return;
+  }
+  const int threads = at::get_num_threads();
+  if (threads <= 1) return;
+  std::lock_guard<std::mutex> g(rebuild);
+  if (!the_pool || the_pool->threads() != threads) {
+    if (the_pool && !the_pool->lease.try_lock()) {  // in use by another caller: not rebuilt now
+      busy_ = true;
+      return;
+    }
+    if (the_pool) the_pool->lease.unlock();
+    the_pool = std::make_unique<Pool>(threads);
+  }
+  if (!the_pool->lease.try_lock()) {
+    busy_ = true;
+    return;
+  }
+  held_ = true;
+  threads_ = threads;
+}
+
+ClaimPoolLease::~ClaimPoolLease() {
+  if (held_) the_pool->lease.unlock();
+}
+
+void ClaimPoolLease::run(int64_t pieces, void (*piece)(void*, int64_t), void* ctx) {
+  if (!held_) throw std::logic_error("ClaimPoolLease::run without the pool");
+  the_pool->run(pieces, piece, ctx);
+}
+
+}  // namespace lightseg::onednn

@@ -1,0 +1,195 @@
+// The claim pool (src/infer/onednn/claim_pool.h): parallel_steps keeps at::parallel_for's
+// contract on it (every index once, in ranges of at least the grain), serves nested and
+// concurrent callers, and the engine's results do not depend on which scheduler runs its steps.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <ATen/Parallel.h>
+
+#include "engine_fixtures.h"
+#include "infer/fused_network.h"
+#include "infer/onednn/claim_pool.h"
+#include "infer/onednn_engine.h"
+#include "cli_run.h"
+#include "lightseg/engine.h"
+#include "lightseg/weights.h"
+
+namespace {
+
+using lightseg::onednn::choose_claim_pool;
+using lightseg::onednn::parallel_steps;
+
+// Two threads and the pool for one test, then what the process had.
+class PoolScope {
+ public:
+  explicit PoolScope(bool pool) : threads_(at::get_num_threads()), was_(lightseg::onednn::claim_pool_chosen()) {
+    at::set_num_threads(2);
+    choose_claim_pool(pool);
+  }
+  ~PoolScope() {
+    choose_claim_pool(was_);
+    at::set_num_threads(threads_);
+  }
+
+ private:
+  int threads_;
+  bool was_;
+};
+
+// Runs parallel_steps over [begin, begin + n) and checks the ranges it was given.
+void expect_each_index_once(int64_t begin, int64_t n, int64_t grain) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  std::mutex m;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  parallel_steps(begin, begin + n, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i - begin)].fetch_add(1);
+    std::lock_guard<std::mutex> g(m);
+    ranges.emplace_back(b, e);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "index " << i << " of " << n;
+  std::sort(ranges.begin(), ranges.end());
+  ASSERT_FALSE(ranges.empty());
+  EXPECT_LE(ranges.size(), 16u) << "at most 8 pieces per thread";
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    EXPECT_LT(ranges[k].first, ranges[k].second);
+    if (k + 1 < ranges.size()) EXPECT_GE(ranges[k].second - ranges[k].first, std::min(grain, n)) << n << "/" << grain;
+  }
+}
+
+}  // namespace
+
+TEST(ClaimPool, EveryIndexOnceInRangesOfAtLeastTheGrain) {
+  PoolScope scope(true);
+  for (int64_t n : {1, 2, 5, 16, 17, 100, 1000, 4097})
+    for (int64_t grain : {1, 4, 16, 256}) expect_each_index_once(7, n, grain);
+  // many short steps one after another, as a plan runs them
+  for (int i = 0; i < 2000; ++i) expect_each_index_once(0, 64 + i % 50, 4);
+}
+
+TEST(ClaimPool, ThePoolsThreadsTakePieces) {
+  // The first piece waits (up to 20 s) until a piece has run on another thread: it returns
+  // at once when the pool's worker joins the step, and the test fails if it never does.
+  PoolScope scope(true);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> other{false};
+  std::atomic<int> pieces{0};
+  parallel_steps(0, 16, 1, [&](int64_t b, int64_t e) {
+    pieces.fetch_add(static_cast<int>(e - b));
+    if (std::this_thread::get_id() != caller) other = true;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (b == 0 && !other && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  });
+  EXPECT_EQ(pieces.load(), 16);
+  EXPECT_TRUE(other.load()) << "no piece ran on the pool's thread";
+}
+
+TEST(ClaimPool, NestedAndConcurrentCallersAreServed) {
+  PoolScope scope(true);
+  // within a piece: the inner step runs on the piece's own thread, whole
+  std::atomic<int> inner_total{0}, inner_elsewhere{0};
+  parallel_steps(0, 8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const auto me = std::this_thread::get_id();
+      parallel_steps(0, 100, 1, [&](int64_t ib, int64_t ie) {
+        inner_total.fetch_add(static_cast<int>(ie - ib));
+        if (std::this_thread::get_id() != me) inner_elsewhere.fetch_add(1);
+      });
+    }
+  });
+  EXPECT_EQ(inner_total.load(), 800);
+  EXPECT_EQ(inner_elsewhere.load(), 0);
+  // two callers at once: one holds the pool, the other runs on OpenMP's threads; both complete
+  std::atomic<int> failures{0};
+  auto caller = [&] {
+    for (int k = 0; k < 300; ++k) {
+      std::vector<std::atomic<int>> hits(257);
+      parallel_steps(0, 257, 4, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (auto& h : hits)
+        if (h.load() != 1) failures.fetch_add(1);
+    }
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(ClaimPool, TheEngineGivesTheSameLogitsOnEitherScheduler) {
+  using namespace lightseg;
+  if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+  if (!onednn_unsuitable_reason().empty()) GTEST_SKIP() << onednn_unsuitable_reason();
+  for (const auto& cfg : {NetworkConfig{}, fixtures::unaligned_config()}) {
+    auto net = fixtures::random_net(cfg, 9);
+    const auto f = fuse_network(net, ModelMeta::generic(cfg.num_classes));
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !onednn_bf16_available()) continue;
+      // an engine per scheduler: a plan is built for the one chosen when it is first run
+      std::unique_ptr<InferenceEngine> on_openmp, on_pool;
+      {
+        PoolScope s(false);
+        on_openmp = make_onednn_engine(f, bf16);
+      }
+      {
+        PoolScope s(true);
+        on_pool = make_onednn_engine(f, bf16, /*profile=*/true);
+      }
+      // batch 1: convolutions cut into slices; batch 2: whole, on OpenMP
+      for (auto [n, h, w] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 97, 131}, {1, 360, 480}, {2, 65, 33}}) {
+        torch::manual_seed(h);
+        auto x = torch::rand({n, 3, h, w}) * 255;
+        torch::Tensor a, b, la, lb;
+        {
+          PoolScope s(false);
+          a = on_openmp->logits(x).clone();
+          la = on_openmp->labels(x);
+        }
+        {
+          PoolScope s(true);
+          b = on_pool->logits(x).clone();
+          lb = on_pool->labels(x);
+          if (n == 1)  // and the plan was built for the pool: its convolutions in slices
+            EXPECT_NE(on_pool->profile().find(" slices + pass: claim pool"), std::string::npos) << on_pool->profile();
+        }
+        // Two plans may pick different algorithms for a convolution (each measures its
+        // candidates when it is built): rounding apart, the same logits and labels.
+        const double scale = std::max(1.0, a.abs().max().item<double>());
+        const double d = (a - b).abs().max().item<double>() / scale;
+        const double agree = la.eq(lb).to(torch::kFloat64).mean().item<double>();
+        std::printf("  %s %lldx%lldx%lld: max |logit diff| %.2e of the largest logit, labels %.5f\n", bf16 ? "bf16" : "fp32",
+                    static_cast<long long>(n), static_cast<long long>(h), static_cast<long long>(w), d, agree);
+        EXPECT_LT(d, bf16 ? 2e-2 : 1e-5) << (bf16 ? "bf16 " : "fp32 ") << h << "x" << w;
+        EXPECT_GE(agree, bf16 ? 0.99 : 0.999) << (bf16 ? "bf16 " : "fp32 ") << h << "x" << w;
+      }
+    }
+  }
+}
+
+TEST(ClaimPool, AnUnknownSchedulerIsAClearError) {
+  if (!lightseg::onednn_available() || !lightseg::onednn_unsuitable_reason().empty())
+    GTEST_SKIP() << "no onednn plans here";
+  const auto dir = std::filesystem::temp_directory_path() / ("lightseg_claim_pool_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  setenv("LIGHTSEG_STEPS", "fast", 1);
+  auto r = lightseg::fixtures::run_cli({"bench", "--backend", "onednn", "--size", "64x64", "--iters", "1"}, dir);
+  unsetenv("LIGHTSEG_STEPS");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("LIGHTSEG_STEPS must be openmp or pool, not 'fast'"), std::string::npos) << r.err;
+  setenv("LIGHTSEG_STEPS", "pool", 1);
+  r = lightseg::fixtures::run_cli({"bench", "--backend", "onednn", "--size", "64x64", "--iters", "2", "--json"}, dir);
+  unsetenv("LIGHTSEG_STEPS");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"steps\": \"pool\""), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
