@@ -191,5 +191,12 @@ TEST(ClaimPool, AnUnknownSchedulerIsAClearError) {
   unsetenv("LIGHTSEG_STEPS");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"steps\": \"pool\""), std::string::npos) << r.out;
+  setenv("LIGHTSEG_STEPS", "pool", 1);
+  r = lightseg::fixtures::run_cli({"info", "--json"}, dir);
+  unsetenv("LIGHTSEG_STEPS");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"onednn_steps\":\"pool\""), std::string::npos) << r.out;
+  r = lightseg::fixtures::run_cli({"info"}, dir);
+  EXPECT_NE(r.out.find("their own steps on OpenMP's threads"), std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
 }

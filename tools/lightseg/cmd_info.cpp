@@ -105,6 +105,7 @@ void add_info(CLI::App& app, Args& a) {
       j["cpu_backends"] = available_backends(torch::kCPU);
       j["cpu_bf16"] = cpu_bf16_inference_available();
       j["onednn_plans"] = onednn_plan_description();
+      if (onednn_available()) j["onednn_steps"] = onednn_step_scheduler();
       j["build"] = dev;
       j["modules"] = nlohmann::json::array();
       for (const auto& r : rows)
@@ -128,7 +129,10 @@ void add_info(CLI::App& app, Args& a) {
                 cpu_bf16_inference_available() ? "available" : "not on this CPU/build (needs onednn and AVX512-BF16 or AMX)",
                 cpu_int8_inference_available() ? "available (calibrated weights)"
                                                : "not on this CPU/build (needs onednn and AVX512-VNNI)");
-    if (onednn_available()) std::printf("onednn: %s\n", onednn_plan_description().c_str());
+    if (onednn_available())
+      std::printf("onednn: %s; their own steps on %s\n", onednn_plan_description().c_str(),
+                  onednn_step_scheduler() == "pool" ? "the claim pool (LIGHTSEG_STEPS=pool)"
+                                                    : "OpenMP's threads (LIGHTSEG_STEPS=pool: the claim pool)");
     std::printf("video and cameras: %s\n", video_support().c_str());
     std::string dist;
     for (const auto& b : dev["distributed_backends"]) dist += (dist.empty() ? "" : ", ") + b.get<std::string>();
