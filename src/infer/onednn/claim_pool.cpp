@@ -181,10 +181,7 @@ void choose_claim_pool(bool pool) {
 }
 
 ClaimPoolLease::ClaimPoolLease() {
-  if (in_piece) {
-    nested_ = true;
-    return;
-  }
+  if (in_piece) return;  // within a piece: not ready, not busy (the caller runs it inline)
   const int threads = at::get_num_threads();
   if (threads <= 1) return;
   std::lock_guard<std::mutex> g(rebuild);

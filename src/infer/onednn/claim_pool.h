@@ -20,7 +20,7 @@ namespace lightseg::onednn {
 // The process's pool, for the thread count LibTorch has now (at::get_num_threads()), leased
 // for one step: `ready()` when this thread holds it until the lease goes out of scope. Not
 // ready when another thread is running a step on it (`busy()`), when called from one of its
-// own pieces (`nested()`), with one thread, or on a system without futexes.
+// own pieces (it then runs inline), with one thread, or on a system without futexes.
 class ClaimPoolLease {
  public:
   ClaimPoolLease();
@@ -29,7 +29,6 @@ class ClaimPoolLease {
   ClaimPoolLease& operator=(const ClaimPoolLease&) = delete;
   bool ready() const { return held_; }
   bool busy() const { return busy_; }
-  bool nested() const { return nested_; }
   int threads() const { return threads_; }
   // Runs piece(ctx, i) for every i in [0, pieces), on this thread and the pool's; returns when
   // all are done. Only when ready().
@@ -37,7 +36,7 @@ class ClaimPoolLease {
 
  private:
   int threads_ = 1;
-  bool held_ = false, busy_ = false, nested_ = false;
+  bool held_ = false, busy_ = false;
 };
 
 // Whether LIGHTSEG_STEPS chose the pool ("pool"; "openmp" or unset: at::parallel_for). An
