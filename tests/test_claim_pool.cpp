@@ -26,24 +26,29 @@
 
 namespace {
 
-using lightseg::onednn::choose_claim_pool;
+using lightseg::onednn::choose_step_scheduler;
 using lightseg::onednn::parallel_steps;
+using lightseg::onednn::StepScheduler;
 
-// Two threads and the pool for one test, then what the process had.
+// Two threads and a scheduler for one test (the engines made meanwhile keep it), then what the
+// process had; with the pool, this thread's own parallel_steps calls go to the pool too.
 class PoolScope {
  public:
-  explicit PoolScope(bool pool) : threads_(at::get_num_threads()), was_(lightseg::onednn::claim_pool_chosen()) {
+  explicit PoolScope(bool pool) : PoolScope(pool ? StepScheduler::Pool : StepScheduler::OpenMP) {}
+  explicit PoolScope(StepScheduler s)
+      : threads_(at::get_num_threads()), was_(lightseg::onednn::step_scheduler()), steps_(s == StepScheduler::Pool) {
     at::set_num_threads(2);
-    choose_claim_pool(pool);
+    choose_step_scheduler(s);
   }
   ~PoolScope() {
-    choose_claim_pool(was_);
+    choose_step_scheduler(was_);
     at::set_num_threads(threads_);
   }
 
  private:
   int threads_;
-  bool was_;
+  StepScheduler was_;
+  lightseg::onednn::PoolSteps steps_;
 };
 
 // Runs parallel_steps over [begin, begin + n) and checks the ranges it was given.
@@ -111,6 +116,7 @@ TEST(ClaimPool, NestedAndConcurrentCallersAreServed) {
   // two callers at once: one holds the pool, the other runs on OpenMP's threads; both complete
   std::atomic<int> failures{0};
   auto caller = [&] {
+    lightseg::onednn::PoolSteps on(true);
     for (int k = 0; k < 300; ++k) {
       std::vector<std::atomic<int>> hits(257);
       parallel_steps(0, 257, 4, [&](int64_t b, int64_t e) {
@@ -176,6 +182,75 @@ TEST(ClaimPool, TheEngineGivesTheSameLogitsOnEitherScheduler) {
   }
 }
 
+TEST(ClaimPool, AutoGoesToThePoolWhileCallsRunSlowAndComesBack) {
+  using lightseg::onednn::AutoSteps;
+  AutoSteps a;
+  for (double t : {0.030, 0.021, 0.020, 0.024, 0.029}) EXPECT_FALSE(a.record(t));  // quiet noise
+  EXPECT_DOUBLE_EQ(a.best, 0.020);
+  // two slow calls, then a quiet one: not enough in a row
+  EXPECT_FALSE(a.record(0.050));
+  EXPECT_FALSE(a.record(0.060));
+  EXPECT_FALSE(a.record(0.021));
+  EXPECT_FALSE(a.on_pool);
+  EXPECT_FALSE(a.record(0.050));
+  EXPECT_FALSE(a.record(0.031));  // just over 1.5 x best counts as slow
+  EXPECT_TRUE(a.record(0.070));
+  EXPECT_TRUE(a.on_pool);
+  EXPECT_EQ(a.switches, 1u);
+  // on the pool: slow calls keep it there and do not move best; a fast one does not either
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(a.record(i % 5 == 0 ? 0.025 : 0.045));
+  EXPECT_TRUE(a.on_pool);
+  EXPECT_DOUBLE_EQ(a.best, 0.020);
+  // kQuietCalls calls in a row under 1.3 x best bring it back
+  for (int i = 0; i < AutoSteps::kQuietCalls - 1; ++i) EXPECT_FALSE(a.record(0.022));
+  EXPECT_TRUE(a.record(0.022));
+  EXPECT_FALSE(a.on_pool);
+  EXPECT_EQ(a.switches, 2u);
+  EXPECT_EQ(a.calls, 5u + 6u + 20u + AutoSteps::kQuietCalls);
+  EXPECT_EQ(a.pool_calls, 20u + AutoSteps::kQuietCalls);
+  // a faster quiet call on OpenMP lowers best
+  EXPECT_FALSE(a.record(0.018));
+  EXPECT_DOUBLE_EQ(a.best, 0.018);
+}
+
+TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
+  // The switches forced (every call counts as slow, then as quiet): the engine goes to its pool
+  // plan (its convolutions in slices) and back, with the same results throughout.
+  using namespace lightseg;
+  if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+  if (!onednn_unsuitable_reason().empty()) GTEST_SKIP() << onednn_unsuitable_reason();
+  using lightseg::onednn::AutoSteps;
+  auto net = fixtures::random_net(NetworkConfig{}, 9);
+  const auto f = fuse_network(net, ModelMeta::camvid());
+  PoolScope scope(StepScheduler::Auto);
+  auto engine = make_onednn_engine(f, false, /*profile=*/true);
+  struct Factors {
+    ~Factors() { lightseg::onednn::set_auto_steps_factors(); }
+  } restore;
+  torch::manual_seed(3);
+  auto x = torch::rand({1, 3, 97, 131}) * 255;
+  lightseg::onednn::set_auto_steps_factors(0.0, 0.0);  // every call slow, none quiet
+  auto first = engine->logits(x).clone();
+  auto first_labels = engine->labels(x);
+  EXPECT_EQ(engine->step_report(), "auto: 0 of 2 timed calls on the pool, 0 switches");
+  EXPECT_EQ(engine->profile().find(" slices + pass: claim pool"), std::string::npos) << "the pool plan has not run";
+  const double scale = std::max(1.0, first.abs().max().item<double>());
+  // each plan measures its convolutions' candidates when it is built: rounding apart, the same
+  auto agreement = [&](const torch::Tensor& l) { return l.eq(first_labels).to(torch::kFloat64).mean().item<double>(); };
+  for (int i = 0; i < 6; ++i) {
+    auto y = engine->logits(x);
+    EXPECT_LT((y - first).abs().max().item<double>(), 1e-5 * scale) << "call " << i;
+    EXPECT_GE(agreement(engine->labels(x)), 0.999) << "call " << i;
+  }
+  // the 3rd call switched: the 4th to the 14th ran on the pool plan
+  EXPECT_EQ(engine->step_report(), "auto: 11 of 14 timed calls on the pool, 1 switch");
+  EXPECT_NE(engine->profile().find(" slices + pass: claim pool"), std::string::npos) << engine->profile();
+  lightseg::onednn::set_auto_steps_factors(1e9, 1e9);  // none slow, every call quiet
+  for (int i = 0; i < AutoSteps::kQuietCalls + 2; ++i) EXPECT_GE(agreement(engine->labels(x)), 0.999);
+  EXPECT_EQ(engine->step_report(), "auto: " + std::to_string(11 + AutoSteps::kQuietCalls) + " of " +
+                                       std::to_string(16 + AutoSteps::kQuietCalls) + " timed calls on the pool, 2 switches");
+}
+
 TEST(ClaimPool, AnUnknownSchedulerIsAClearError) {
   if (!lightseg::onednn_available() || !lightseg::onednn_unsuitable_reason().empty())
     GTEST_SKIP() << "no onednn plans here";
@@ -185,7 +260,7 @@ TEST(ClaimPool, AnUnknownSchedulerIsAClearError) {
   auto r = lightseg::fixtures::run_cli({"bench", "--backend", "onednn", "--size", "64x64", "--iters", "1"}, dir);
   unsetenv("LIGHTSEG_STEPS");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("LIGHTSEG_STEPS must be openmp or pool, not 'fast'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("LIGHTSEG_STEPS must be auto, openmp or pool, not 'fast'"), std::string::npos) << r.err;
   setenv("LIGHTSEG_STEPS", "pool", 1);
   r = lightseg::fixtures::run_cli({"bench", "--backend", "onednn", "--size", "64x64", "--iters", "2", "--json"}, dir);
   unsetenv("LIGHTSEG_STEPS");

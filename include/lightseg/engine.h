@@ -43,6 +43,9 @@ class InferenceEngine {
   // With EngineOptions::profile: the mean time of every step of each input size's plan so
   // far, as text lines (onednn); empty otherwise. The library never prints it.
   virtual std::string profile() const { return ""; }
+  // onednn: what ran the plans' own steps, e.g. "openmp", or with LIGHTSEG_STEPS=auto
+  // "auto: 40 of 100 timed calls on the pool, 1 switch"; "" for other backends.
+  virtual std::string step_report() const { return ""; }
 };
 
 struct EngineOptions {
@@ -88,9 +91,10 @@ bool onednn_available();
 // What the onednn backend's plans run on this CPU, e.g. "nChw8c plans on oneDNN's avx2 kernels"
 // ("" without onednn).
 std::string onednn_plan_description();
-// What shares the onednn plans' own steps (not oneDNN's convolutions) among threads: "openmp"
-// (the default) or "pool" (LIGHTSEG_STEPS=pool: the claim pool, for CPUs shared with other
-// processes; docs/guide/deployment.md). Throws std::invalid_argument for another LIGHTSEG_STEPS.
+// What shares the onednn plans' own steps (not oneDNN's convolutions) among threads
+// (LIGHTSEG_STEPS): "auto" (the default: OpenMP while a plan's calls keep near its best one, the
+// claim pool while they run well over it, as when other processes hold the cores), "openmp" or
+// "pool" (docs/guide/deployment.md, Threads). Throws std::invalid_argument for another value.
 std::string onednn_step_scheduler();
 
 // int8 calibration: a bound of |x| for the input of every dense convolution, measured on

@@ -21,9 +21,10 @@
 //     halves written in place (such a concat is stored in bf16 in bf16 plans); the final ×4
 //     bilinear upsampling straight into the logits, or fused with the argmax for labels().
 // Each step is sequential; parallelism is inside the steps (OpenMP, LibTorch's thread
-// count; this file must be compiled with -fopenmp, or at::parallel_for runs serially), or
-// with LIGHTSEG_STEPS=pool on the claim pool (onednn/claim_pool.h: no barrier at a step's
-// end; batch-1 convolutions then in a slice per thread with their pass, onednn/sliced_conv.h).
+// count; this file must be compiled with -fopenmp, or at::parallel_for runs serially), or on
+// the claim pool (onednn/claim_pool.h: no barrier at a step's end; a pool plan's batch-1
+// convolutions in a slice per thread with their pass, onednn/sliced_conv.h): LIGHTSEG_STEPS=
+// auto (the default) moves a plan to the pool while its calls run well over its best one.
 // With EngineOptions::profile, every step is timed and InferenceEngine::profile() gives the
 // mean time of each (the caller prints it: `lightseg bench --profile`).
 //
@@ -138,7 +139,7 @@ int onednn_plan_block() {
 #endif
 }
 
-std::string onednn_step_scheduler() { return onednn::claim_pool_chosen() ? "pool" : "openmp"; }
+std::string onednn_step_scheduler() { return onednn::step_scheduler_name(onednn::step_scheduler()); }
 
 std::string onednn_plan_description() {
   const auto isa = dnnl::get_effective_cpu_isa();
@@ -183,7 +184,7 @@ std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork& f, bool 
                                             : "this CPU has none") +
         ": use fp32");
   if (std::string why = onednn_unsuitable_reason(); !why.empty()) throw BackendUnsuitable(why + ": use the fused backend");
-  onednn::claim_pool_chosen();  // a bad LIGHTSEG_STEPS is an error here, not in a step
+  onednn::step_scheduler();  // a bad LIGHTSEG_STEPS is an error here, not in a step
   return onednn_plan_block() == 16 ? onednn::b16::make_blocked_engine(f, bf16, int8, profile, max_plans)
                                    : onednn::b8::make_blocked_engine(f, bf16, int8, profile, max_plans);
 }

@@ -70,6 +70,7 @@ class TtaEngine : public InferenceEngine {
   std::string backend() const override { return inner_->backend() + " (" + tta_description(scales_, flip_) + ")"; }
   torch::Device device() const override { return inner_->device(); }
   std::string profile() const override { return inner_->profile(); }
+  std::string step_report() const override { return inner_->step_report(); }
 
  private:
   std::unique_ptr<InferenceEngine> inner_;

@@ -62,6 +62,13 @@ double percentile(std::vector<double> v, double q) {  // nearest rank
 }
 
 // One line of JSON in insertion order with ", " / ": " separators (as Python's json.dumps).
+// The plans' step scheduler in words, from InferenceEngine::step_report().
+std::string steps_text(const std::string& report) {
+  if (report == "pool") return "the claim pool (LIGHTSEG_STEPS=pool)";
+  if (report == "openmp") return "OpenMP's threads (LIGHTSEG_STEPS=openmp)";
+  return "OpenMP's threads or the claim pool (LIGHTSEG_STEPS=" + report + ")";
+}
+
 std::string json_line(const nlohmann::ordered_json& j) {
   std::string r = "{";
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -235,7 +242,7 @@ void add_bench(CLI::App& app, Args& a) {
     std::printf("threads: %s%s\n", thread_wait_policy().c_str(), others_text.c_str());
     if (engine->backend().rfind("onednn", 0) == 0)
       std::printf("plans:   %s; their own steps on %s\n", onednn_plan_description().c_str(),
-                  onednn_step_scheduler() == "pool" ? "the claim pool (LIGHTSEG_STEPS=pool)" : "OpenMP's threads");
+                  steps_text(engine->step_report()).c_str());
     std::printf("latency: median %.2f ms, p90 %.2f ms, p99 %.2f ms, best %.2f ms (per call of %d image%s)\n", p50, p90,
                 p99, best, a.batch,
                 a.batch == 1 ? "" : "s");
@@ -261,6 +268,7 @@ void add_bench(CLI::App& app, Args& a) {
       if (engine->backend().rfind("onednn", 0) == 0) {
         j["plans"] = onednn_plan_description();
         j["steps"] = onednn_step_scheduler();
+        j["steps_report"] = engine->step_report();
       }
       j["min_ms"] = round3(best);
       j["images_per_s"] = round3(ips);

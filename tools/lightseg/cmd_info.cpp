@@ -131,8 +131,10 @@ void add_info(CLI::App& app, Args& a) {
                                                : "not on this CPU/build (needs onednn and AVX512-VNNI)");
     if (onednn_available())
       std::printf("onednn: %s; their own steps on %s\n", onednn_plan_description().c_str(),
-                  onednn_step_scheduler() == "pool" ? "the claim pool (LIGHTSEG_STEPS=pool)"
-                                                    : "OpenMP's threads (LIGHTSEG_STEPS=pool: the claim pool)");
+                  onednn_step_scheduler() == "pool"     ? "the claim pool (LIGHTSEG_STEPS=pool)"
+                  : onednn_step_scheduler() == "openmp" ? "OpenMP's threads (LIGHTSEG_STEPS=openmp)"
+                                                        : "OpenMP's threads, or the claim pool while calls run slow "
+                                                          "(LIGHTSEG_STEPS=auto)");
     std::printf("video and cameras: %s\n", video_support().c_str());
     std::string dist;
     for (const auto& b : dev["distributed_backends"]) dist += (dist.empty() ? "" : ", ") + b.get<std::string>();

@@ -158,26 +158,59 @@ std::unique_ptr<Pool> the_pool;
 }  // namespace
 
 namespace {
-std::atomic<int> chosen{-1};  // -1: LIGHTSEG_STEPS not read yet
+std::atomic<int> chosen{-1};  // -1: LIGHTSEG_STEPS not read yet; else a StepScheduler
+thread_local bool on_pool = false;
 }
 
-bool claim_pool_chosen() {
+StepScheduler step_scheduler() {
   int c = chosen.load(std::memory_order_relaxed);
-  if (c >= 0) return c == 1;
+  if (c >= 0) return static_cast<StepScheduler>(c);
   const char* v = std::getenv("LIGHTSEG_STEPS");
-  if (!v || !*v || std::strcmp(v, "openmp") == 0) c = 0;
+  StepScheduler s = StepScheduler::Auto;
+  if (!v || !*v || std::strcmp(v, "auto") == 0) s = LIGHTSEG_CLAIM_POOL ? StepScheduler::Auto : StepScheduler::OpenMP;
+  else if (std::strcmp(v, "openmp") == 0) s = StepScheduler::OpenMP;
   else if (std::strcmp(v, "pool") != 0)
-    throw std::invalid_argument(std::string("LIGHTSEG_STEPS must be openmp or pool, not '") + v + "'");
+    throw std::invalid_argument(std::string("LIGHTSEG_STEPS must be auto, openmp or pool, not '") + v + "'");
   else if (!LIGHTSEG_CLAIM_POOL)
-    throw std::invalid_argument("LIGHTSEG_STEPS=pool needs Linux's futexes; use openmp (the default)");
-  else c = 1;
-  chosen.store(c, std::memory_order_relaxed);
-  return c == 1;
+    throw std::invalid_argument("LIGHTSEG_STEPS=pool needs Linux's futexes; use openmp");
+  else s = StepScheduler::Pool;
+  chosen.store(static_cast<int>(s), std::memory_order_relaxed);
+  return s;
 }
 
-void choose_claim_pool(bool pool) {
-  if (pool && !LIGHTSEG_CLAIM_POOL) throw std::invalid_argument("the claim pool needs Linux's futexes");
-  chosen.store(pool ? 1 : 0, std::memory_order_relaxed);
+const char* step_scheduler_name(StepScheduler s) {
+  return s == StepScheduler::Pool ? "pool" : s == StepScheduler::Auto ? "auto" : "openmp";
+}
+
+void choose_step_scheduler(StepScheduler s) {
+  if (s != StepScheduler::OpenMP && !LIGHTSEG_CLAIM_POOL) throw std::invalid_argument("the claim pool needs Linux's futexes");
+  chosen.store(static_cast<int>(s), std::memory_order_relaxed);
+}
+
+bool steps_on_pool() { return on_pool || in_piece; }
+PoolSteps::PoolSteps(bool on) : was_(on_pool) { on_pool = on && LIGHTSEG_CLAIM_POOL; }
+PoolSteps::~PoolSteps() { on_pool = was_; }
+
+namespace {
+std::atomic<double> slow_factor{AutoSteps::kSlow}, quiet_factor{AutoSteps::kQuiet};
+}
+void set_auto_steps_factors(double slow, double quiet) {
+  slow_factor.store(slow);
+  quiet_factor.store(quiet);
+}
+
+bool AutoSteps::record(double seconds) {
+  ++calls;
+  if (on_pool) ++pool_calls;
+  if (!on_pool && (best == 0 || seconds < best)) best = seconds;
+  const bool other_side = on_pool ? seconds < quiet_factor.load(std::memory_order_relaxed) * best
+                                  : seconds > slow_factor.load(std::memory_order_relaxed) * best;
+  run = other_side ? run + 1 : 0;
+  if (run < (on_pool ? kQuietCalls : kSlowCalls)) return false;
+  on_pool = !on_pool;
+  run = 0;
+  ++switches;
+  return true;
 }
 
 ClaimPoolLease::ClaimPoolLease() {

@@ -5,8 +5,9 @@
 // thread of the team must reach: when another process holds a core, the step waits for the
 // thread that is not running, once per step (a plan has ~110). On the claim pool a step is cut
 // into pieces that whichever thread runs claims, and the step is over when its pieces are done:
-// a thread that comes late finds none and is not waited for. Chosen with LIGHTSEG_STEPS=pool
-// (default: openmp); docs/guide/deployment.md (Threads) has the measurements. Independent of
+// a thread that comes late finds none and is not waited for. LIGHTSEG_STEPS=auto (the default)
+// goes to it while a plan's calls run slow, =pool always, =openmp never;
+// docs/guide/deployment.md (Threads) has the measurements. Independent of
 // the channel-block width: compiled once (claim_pool.cpp), used by both widths' kernels.
 #pragma once
 
@@ -39,18 +40,55 @@ class ClaimPoolLease {
   bool held_ = false, busy_ = false;
 };
 
-// Whether LIGHTSEG_STEPS chose the pool ("pool"; "openmp" or unset: at::parallel_for). An
-// unknown value is an error (std::invalid_argument) the first time it is read.
-bool claim_pool_chosen();
+// What runs a plan's own steps (LIGHTSEG_STEPS): OpenMP (at::parallel_for), the claim pool, or
+// auto (the default): each plan runs on OpenMP while its calls keep near its best quiet call,
+// and on the pool (with a pool plan of its own, built then) while they run well over it
+// (AutoSteps). An unknown value is an error (std::invalid_argument) the first time it is read.
+enum class StepScheduler { OpenMP, Pool, Auto };
+StepScheduler step_scheduler();
+const char* step_scheduler_name(StepScheduler s);
 // Chooses for the process, whatever LIGHTSEG_STEPS says (tests; a program's own setting).
-void choose_claim_pool(bool pool);
+void choose_step_scheduler(StepScheduler s);
+
+// Whether the steps this thread runs now go to the claim pool: within a PoolSteps(true) scope
+// (the engine's calls of a pool plan, and their building) or a piece of the pool.
+bool steps_on_pool();
+class PoolSteps {
+ public:
+  explicit PoolSteps(bool on);
+  ~PoolSteps();
+  PoolSteps(const PoolSteps&) = delete;
+  PoolSteps& operator=(const PoolSteps&) = delete;
+
+ private:
+  bool was_;
+};
+
+// LIGHTSEG_STEPS=auto's choice for one plan, from the time of its calls. On OpenMP: `best` is
+// the fastest call so far; after kSlowCalls calls in a row over kSlow x best (another process
+// holds a core: OpenMP's barriers wait for it) the plan goes to the pool. On the pool: after
+// kQuietCalls calls in a row under kQuiet x best (the CPU is ours again; the pool plan costs
+// 4-9 % on a quiet CPU) it comes back. Calls on the pool never lower `best`.
+struct AutoSteps {
+  static constexpr double kSlow = 1.5, kQuiet = 1.3;  // the defaults of set_auto_steps_factors
+  static constexpr int kSlowCalls = 3, kQuietCalls = 8;
+  bool on_pool = false;
+  double best = 0;  // seconds; 0: no call yet
+  int run = 0;      // calls in a row that point to the other side
+  uint64_t calls = 0, pool_calls = 0, switches = 0;
+  // The call just timed (on the pool when on_pool); true when the next call changes side.
+  bool record(double seconds);
+};
+// Replaces kSlow and kQuiet for the process (tests: slow 0 sends every plan to the pool after
+// kSlowCalls calls, quiet 1e9 brings it back after kQuietCalls).
+void set_auto_steps_factors(double slow = AutoSteps::kSlow, double quiet = AutoSteps::kQuiet);
 
 // at::parallel_for's contract (f(b, e) on consecutive ranges of at least `grain`, each index
 // once), on the claim pool when it is chosen and free: up to 8 pieces per thread.
 template <class F>
 void parallel_steps(int64_t begin, int64_t end, int64_t grain, const F& f) {
   if (end <= begin) return;
-  if (!claim_pool_chosen()) {
+  if (!steps_on_pool()) {
     at::parallel_for(begin, end, grain, f);
     return;
   }

@@ -2,7 +2,9 @@
 // max_plans of them (4 by default) holding at most max_plans × 2 Mpixels of input together (a
 // plan's buffers grow with its pixels). When a new shape needs room, the plans used least often
 // go first (then the least recently used): shapes that come back (a camera, a service's usual
-// size) stay while a stream of new ones (20 sizes in turn) only replace each other.
+// size) stay while a stream of new ones (20 sizes in turn) only replace each other. With
+// LIGHTSEG_STEPS=auto (the default) a batch-1 size has a second plan for the claim pool
+// (claim_pool.h), built with the first and kept with it (twice the plan's buffers).
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
@@ -59,19 +61,56 @@ class Engine : public InferenceEngine {
         plans_.erase(victim);
       }
       Entry e;
-      e.plan = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_, int8_);
-      e.plan->set_profiling(profile_);
+      e.plan = build(x, steps_ == StepScheduler::Pool);
+      // auto: the pool plan now, with the other (a quiet moment, and the first call at a size
+      // is the slow one anyway), not when calls turn slow (~0.25 s then, on a busy CPU), and
+      // run once (its first run, cold, was among the slowest calls on a busy CPU). Only
+      // batch-1 plans differ on the pool (their convolutions in slices); a batch runs its one
+      // plan on either.
+      if (steps_ == StepScheduler::Auto && x.size(0) == 1 && at::get_num_threads() > 1) {
+        e.pool_plan = build(x, true);
+        e.pool_plan->set_profiling(false);  // its profile counts the calls auto gives it
+        PoolSteps scope(true);  // and run once: its buffers touched, the pool's threads started
+        e.pool_plan->run(x, strm_);
+        e.pool_plan->set_profiling(profile_);
+      }
       it = plans_.emplace(key, std::move(e)).first;
     }
-    it->second.hits++;
-    it->second.last_use = ++clock_;
-    return labels ? it->second.plan->labels(x, strm_) : it->second.plan->run(x, strm_);
+    Entry& e = it->second;
+    e.hits++;
+    e.last_use = ++clock_;
+    if (steps_ != StepScheduler::Auto) {
+      PoolSteps scope(steps_ == StepScheduler::Pool);
+      return labels ? e.plan->labels(x, strm_) : e.plan->run(x, strm_);
+    }
+    // auto: the plan of the side AutoSteps is on.
+    Plan& p = e.auto_steps.on_pool && e.pool_plan ? *e.pool_plan : *e.plan;
+    PoolSteps scope(e.auto_steps.on_pool);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = labels ? p.labels(x, strm_) : p.run(x, strm_);
+    if (at::get_num_threads() > 1)  // with one thread there is no barrier to wait at
+      e.auto_steps.record(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return out;
+  }
+  std::string step_report() const override {
+    if (steps_ != StepScheduler::Auto) return std::string(step_scheduler_name(steps_));
+    uint64_t calls = 0, pool_calls = 0, switches = 0;
+    for (const auto& [key, e] : plans_) {
+      calls += e.auto_steps.calls;
+      pool_calls += e.auto_steps.pool_calls;
+      switches += e.auto_steps.switches;
+    }
+    return "auto: " + std::to_string(pool_calls) + " of " + std::to_string(calls) + " timed calls on the pool, " +
+           std::to_string(switches) + " switch" + (switches == 1 ? "" : "es");
   }
   std::string backend() const override { return int8_ ? "onednn-int8" : bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
   std::string profile() const override {
     std::string r;
-    for (const auto& [key, e] : plans_) r += e.plan->report();
+    for (const auto& [key, e] : plans_) {
+      r += e.plan->report();
+      if (e.pool_plan && !e.pool_plan->report().empty()) r += "(its pool plan)\n" + e.pool_plan->report();
+    }
     return r;
   }
 
@@ -81,8 +120,18 @@ class Engine : public InferenceEngine {
   size_t max_plans_;
   dnnl::engine eng_;
   dnnl::stream strm_;
+  std::unique_ptr<Plan> build(const torch::Tensor& x, bool pool) {
+    PoolSteps scope(pool);  // a pool plan cuts its batch-1 convolutions into slices (sliced_conv.h)
+    auto p = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_, int8_);
+    p->set_profiling(profile_);
+    return p;
+  }
+  // StepScheduler::Pool: `plan` is a pool plan. Auto: `plan` runs on OpenMP, and on the pool
+  // `pool_plan` where there is one (batch 1, more than one thread), else `plan`.
+  StepScheduler steps_ = step_scheduler();
   struct Entry {
-    std::unique_ptr<Plan> plan;
+    std::unique_ptr<Plan> plan, pool_plan;
+    AutoSteps auto_steps;
     uint64_t hits = 0, last_use = 0;
   };
   std::map<std::tuple<int64_t, int64_t, int64_t>, Entry> plans_;

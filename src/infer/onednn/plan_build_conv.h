@@ -347,14 +347,14 @@ bool PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst,
   return false;
 }
 
-// On the claim pool (LIGHTSEG_STEPS=pool), batch 1: the convolution `impl` chose, cut into a
-// slice per thread by output channel blocks, each made for one thread, with its pass
-// (sliced_conv.h). False where it does not apply (the convolution then runs whole, on OpenMP).
+// In a pool plan (one built within PoolSteps, claim_pool.h), batch 1: the convolution `impl`
+// chose, cut into a slice per thread by output channel blocks, each made for one thread, with
+// its pass (sliced_conv.h). False where it does not apply (the convolution then runs whole, on OpenMP).
 bool PlanBuilder::sliced_dense_conv(const FusedOp& op, const DenseShape& s, const dnnl::memory& src, const View& cdst,
                                     dnnl::primitive_attr attr, bool use_bf16, bool pass, const std::string& impl) {
   const int threads = at::get_num_threads();
   const int64_t B = round_up(s.O) / kBlock;
-  if (!claim_pool_chosen() || int8_ || threads < 2 || cdst.N != 1 || s.G != 1 || B < 2 ||
+  if (!steps_on_pool() || int8_ || threads < 2 || cdst.N != 1 || s.G != 1 || B < 2 ||
       cdst.fmt != View::Fmt::Blocked)
     return false;
   // One slice per thread: more (4 per thread) cost 10-15 % more than whole convolutions on a

@@ -1,5 +1,5 @@
 // A dense convolution cut by output channel blocks, for the claim pool (claim_pool.h,
-// LIGHTSEG_STEPS=pool; batch 1): each slice is a oneDNN primitive made for one thread (its
+// pool plans, batch 1): each slice is a oneDNN primitive made for one thread (its
 // kernel runs on whichever thread claims the slice, with no OpenMP region and no barrier), and
 // its pass runs on the same blocks right after, while they are in cache. The convolution and
 // its pass are one step, and every step of the plan is on the same threads: on the claim pool
