@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -79,6 +81,52 @@ TEST(ClaimPool, EveryIndexOnceInRangesOfAtLeastTheGrain) {
     for (int64_t grain : {1, 4, 16, 256}) expect_each_index_once(7, n, grain);
   // many short steps one after another, as a plan runs them
   for (int i = 0; i < 2000; ++i) expect_each_index_once(0, 64 + i % 50, 4);
+}
+
+TEST(ClaimPool, EveryPieceRunsOnceWhenStepsGrow) {
+  // Steps of few pieces and of many in turn, on more threads than cores (so that workers are
+  // preempted at every point of a claim): a worker that read a finished step's word with the
+  // next step's piece count once claimed a piece past the old step's end, ran it twice and
+  // counted it twice, and the caller then waited forever (once in ~10^7 steps; here the
+  // moments where that can happen are widened). A watchdog turns a hang into a failure.
+  if (!lightseg::onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+  const int threads = at::get_num_threads();
+  lightseg::onednn::set_claim_pool_race_window(200);
+  struct Shared {
+    std::vector<std::atomic<int>> hits = std::vector<std::atomic<int>>(64);
+    std::atomic<int> wrong{0};
+    std::atomic<bool> finished{false}, no_pool{false};
+    std::mutex m;
+    std::condition_variable cv;
+  };
+  auto sh = std::make_shared<Shared>();  // outlives a hung worker
+  constexpr int kSteps = 20000;
+  std::thread([sh] {
+    at::set_num_threads(4);  // this thread's own count (OpenMP's is per thread)
+    for (int k = 0; k < kSteps && !sh->no_pool; ++k) {
+      const int64_t pieces = k % 2 ? 2 + k % 3 : 40 + k % 24;
+      lightseg::onednn::ClaimPoolLease lease;
+      if (!lease.ready()) {
+        sh->no_pool = true;
+        break;
+      }
+      lease.run(
+          pieces, [](void* c, int64_t i) { static_cast<Shared*>(c)->hits[static_cast<size_t>(i)].fetch_add(1); }, sh.get());
+      for (int64_t i = 0; i < 64; ++i)
+        if (sh->hits[static_cast<size_t>(i)].exchange(0) != (i < pieces ? 1 : 0)) sh->wrong.fetch_add(1);
+    }
+    std::lock_guard<std::mutex> g(sh->m);
+    sh->finished = true;
+    sh->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> g(sh->m);
+  const bool ended = sh->cv.wait_for(g, std::chrono::seconds(120), [&] { return sh->finished.load(); });
+  g.unlock();
+  lightseg::onednn::set_claim_pool_race_window(0);
+  at::set_num_threads(threads);
+  ASSERT_TRUE(ended) << "a step of the claim pool never ended (a piece lost or counted twice)";
+  ASSERT_FALSE(sh->no_pool) << "the pool was not free";
+  EXPECT_EQ(sh->wrong.load(), 0) << "pieces run other than once";
 }
 
 TEST(ClaimPool, ThePoolsThreadsTakePieces) {

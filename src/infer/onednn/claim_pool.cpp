@@ -1,12 +1,16 @@
 // The claim pool (claim_pool.h): a step's pieces are claimed by whichever thread runs, and the
 // step ends when they are done, not when every thread has checked in.
 //
-// One step at a time: the caller publishes (generation, next piece) in one 64-bit word and the
-// step's fields, wakes the workers and claims pieces itself. A piece is claimed by a CAS on that
-// word, so a worker that read an older generation's word fails its CAS and claims nothing; a
-// worker whose CAS succeeds holds an unfinished piece of the current step, which therefore
-// cannot have ended, so the fields it read are that step's. Workers spin a little, then sleep on
-// a futex; the caller likewise waits for the last piece.
+// One step at a time: the caller publishes (generation, piece count, next piece) in one 64-bit
+// word and the step's fields, wakes the workers and claims pieces itself. A piece is claimed by
+// a CAS on that word, so a worker that read an older generation's word fails its CAS and claims
+// nothing; a worker whose CAS succeeds holds an unfinished piece of the current step, which
+// therefore cannot have ended, so the fields it read are that step's. The count is in the word
+// (not a field beside it) because a claim is judged by it: with the count of the next step and
+// the word of the last, a worker could claim a piece past the last step's end while the new
+// step's fields were being written, run it twice and count it twice, and done_ then passed the
+// count and the caller waited forever (seen once in ~2,000 contended runs of 400 calls, issue 41).
+// Workers spin a little, then sleep on a futex; the caller likewise waits for the last piece.
 #include "infer/onednn/claim_pool.h"
 
 #include <atomic>
@@ -59,6 +63,13 @@ constexpr int kSpin = 2000;
 
 thread_local bool in_piece = false;
 
+// Tests only (set_claim_pool_race_window): rounds of cpu_relax between a step's fields and its
+// word, and between reading the word and judging a claim, where a claim could go wrong.
+std::atomic<int> race_window{0};
+inline void widen_race_window() {
+  for (int r = race_window.load(std::memory_order_relaxed); r > 0; --r) cpu_relax();
+}
+
 class Pool {
  public:
   explicit Pool(int threads) : threads_(threads) {
@@ -75,12 +86,13 @@ class Pool {
   int threads() const { return threads_; }
 
   void run(int64_t pieces, void (*piece)(void*, int64_t), void* ctx) {
+    if (pieces < 1 || pieces > kMaxPieces) throw std::logic_error("claim pool: a step of " + std::to_string(pieces) + " pieces");
     piece_.store(piece, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
-    pieces_.store(static_cast<uint32_t>(pieces), std::memory_order_relaxed);
+    widen_race_window();
     done_.store(0, std::memory_order_relaxed);
     const uint32_t g = generation_.load(std::memory_order_relaxed) + 1;
-    next_.store(static_cast<uint64_t>(g) << 32, std::memory_order_release);
+    next_.store(static_cast<uint64_t>(g) << 32 | static_cast<uint64_t>(pieces) << 16, std::memory_order_release);
     generation_.store(g);  // seq_cst: ordered before the read of sleepers_ (a worker's mirror)
 #if LIGHTSEG_CLAIM_POOL
     if (sleepers_.load() > 0) futex_wake(&generation_, INT_MAX);
@@ -108,7 +120,8 @@ class Pool {
   void claim() {
     uint64_t w = next_.load(std::memory_order_acquire);
     for (;;) {
-      const uint32_t i = static_cast<uint32_t>(w), all = pieces_.load(std::memory_order_relaxed);
+      widen_race_window();
+      const uint32_t i = static_cast<uint32_t>(w & 0xffff), all = static_cast<uint32_t>((w >> 16) & 0xffff);
       auto* piece = piece_.load(std::memory_order_relaxed);
       void* ctx = ctx_.load(std::memory_order_relaxed);
       if (i >= all) return;
@@ -142,8 +155,8 @@ class Pool {
   }
 
   const int threads_;
-  std::atomic<uint64_t> next_{0};  // generation << 32 | next unclaimed piece
-  std::atomic<uint32_t> generation_{0}, done_{0}, pieces_{0};
+  std::atomic<uint64_t> next_{0};  // generation << 32 | pieces << 16 | next unclaimed piece
+  std::atomic<uint32_t> generation_{0}, done_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeps_{false}, stop_{false};
   std::atomic<void (*)(void*, int64_t)> piece_{nullptr};
@@ -198,6 +211,8 @@ void set_auto_steps_factors(double slow, double quiet) {
   slow_factor.store(slow);
   quiet_factor.store(quiet);
 }
+
+void set_claim_pool_race_window(int rounds) { race_window.store(rounds, std::memory_order_relaxed); }
 
 bool AutoSteps::record(double seconds) {
   ++calls;

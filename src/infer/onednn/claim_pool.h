@@ -18,6 +18,12 @@
 
 namespace lightseg::onednn {
 
+// Tests only: widens the moments where a claim could race with the next step (rounds of a spin).
+void set_claim_pool_race_window(int rounds);
+
+// The most pieces one step of the pool has (its claim word holds the count in 16 bits).
+constexpr int64_t kMaxPieces = 0xffff;
+
 // The process's pool, for the thread count LibTorch has now (at::get_num_threads()), leased
 // for one step: `ready()` when this thread holds it until the lease goes out of scope. Not
 // ready when another thread is running a step on it (`busy()`), when called from one of its
@@ -32,7 +38,7 @@ class ClaimPoolLease {
   bool busy() const { return busy_; }
   int threads() const { return threads_; }
   // Runs piece(ctx, i) for every i in [0, pieces), on this thread and the pool's; returns when
-  // all are done. Only when ready().
+  // all are done. Only when ready(); 1 <= pieces <= kMaxPieces.
   void run(int64_t pieces, void (*piece)(void*, int64_t), void* ctx);
 
  private:
@@ -94,7 +100,7 @@ void parallel_steps(int64_t begin, int64_t end, int64_t grain, const F& f) {
   }
   ClaimPoolLease pool;
   const int64_t n = end - begin, g = std::max<int64_t>(grain, 1);
-  int64_t pieces = std::min<int64_t>(std::max<int64_t>(n / g, 1), 8 * int64_t{pool.threads()});
+  int64_t pieces = std::min<int64_t>({std::max<int64_t>(n / g, 1), 8 * int64_t{pool.threads()}, kMaxPieces});
   if (pool.busy() && !at::in_parallel_region()) {  // another caller's step: OpenMP's threads
     at::parallel_for(begin, end, grain, f);
     return;
