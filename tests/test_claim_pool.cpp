@@ -279,8 +279,10 @@ TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
   auto x = torch::rand({1, 3, 97, 131}) * 255;
   lightseg::onednn::set_auto_steps_factors(0.0, 0.0);  // every call slow, none quiet
   auto first = engine->logits(x).clone();
+  // a size seen once has no pool plan (a folder of many sizes builds one plan per image)
+  EXPECT_EQ(engine->step_report(), "auto: 0 of 1 timed calls on the pool, 0 switches, 0 pool plans");
   auto first_labels = engine->labels(x);
-  EXPECT_EQ(engine->step_report(), "auto: 0 of 2 timed calls on the pool, 0 switches");
+  EXPECT_EQ(engine->step_report(), "auto: 0 of 2 timed calls on the pool, 0 switches, 1 pool plan");
   EXPECT_EQ(engine->profile().find(" slices + pass: claim pool"), std::string::npos) << "the pool plan has not run";
   const double scale = std::max(1.0, first.abs().max().item<double>());
   // each plan measures its convolutions' candidates when it is built: rounding apart, the same
@@ -291,12 +293,12 @@ TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
     EXPECT_GE(agreement(engine->labels(x)), 0.999) << "call " << i;
   }
   // the 3rd call switched: the 4th to the 14th ran on the pool plan
-  EXPECT_EQ(engine->step_report(), "auto: 11 of 14 timed calls on the pool, 1 switch");
+  EXPECT_EQ(engine->step_report(), "auto: 11 of 14 timed calls on the pool, 1 switch, 1 pool plan");
   EXPECT_NE(engine->profile().find(" slices + pass: claim pool"), std::string::npos) << engine->profile();
   lightseg::onednn::set_auto_steps_factors(1e9, 1e9);  // none slow, every call quiet
   for (int i = 0; i < AutoSteps::kQuietCalls + 2; ++i) EXPECT_GE(agreement(engine->labels(x)), 0.999);
   EXPECT_EQ(engine->step_report(), "auto: " + std::to_string(11 + AutoSteps::kQuietCalls) + " of " +
-                                       std::to_string(16 + AutoSteps::kQuietCalls) + " timed calls on the pool, 2 switches");
+                                       std::to_string(16 + AutoSteps::kQuietCalls) + " timed calls on the pool, 2 switches, 1 pool plan");
 }
 
 TEST(ClaimPool, AnUnknownSchedulerIsAClearError) {

@@ -3,8 +3,9 @@
 // plan's buffers grow with its pixels). When a new shape needs room, the plans used least often
 // go first (then the least recently used): shapes that come back (a camera, a service's usual
 // size) stay while a stream of new ones (20 sizes in turn) only replace each other. With
-// LIGHTSEG_STEPS=auto (the default) a batch-1 size has a second plan for the claim pool
-// (claim_pool.h), built with the first and kept with it (twice the plan's buffers).
+// LIGHTSEG_STEPS=auto (the default) a batch-1 size called more than once has a second plan for
+// the claim pool (claim_pool.h), built at its second call and kept with the first (twice the
+// plan's buffers).
 // Part of the onednn plans (plan_impl.h includes it, once per channel-block width): not a
 // standalone header; it sees what the files before it in plan_impl.h define.
 
@@ -62,23 +63,24 @@ class Engine : public InferenceEngine {
       }
       Entry e;
       e.plan = build(x, steps_ == StepScheduler::Pool);
-      // auto: the pool plan now, with the other (a quiet moment, and the first call at a size
-      // is the slow one anyway), not when calls turn slow (~0.25 s then, on a busy CPU), and
-      // run once (its first run, cold, was among the slowest calls on a busy CPU). Only
-      // batch-1 plans differ on the pool (their convolutions in slices); a batch runs its one
-      // plan on either.
-      if (steps_ == StepScheduler::Auto && x.size(0) == 1 && at::get_num_threads() > 1) {
-        e.pool_plan = build(x, true);
-        e.pool_plan->set_profiling(false);  // its profile counts the calls auto gives it
-        PoolSteps scope(true);  // and run once: its buffers touched, the pool's threads started
-        e.pool_plan->run(x, strm_);
-        e.pool_plan->set_profiling(profile_);
-      }
       it = plans_.emplace(key, std::move(e)).first;
     }
     Entry& e = it->second;
     e.hits++;
     e.last_use = ++clock_;
+    // auto: the pool plan at a size's second call (or the first after it with threads),
+    // untimed: not with the first (a folder of images of many sizes, each seen once, would
+    // build two plans per image: 1.8x the time), nor when calls turn slow (~0.25 s then, on a
+    // busy CPU); and run once (its first run, cold, was among the slowest calls on a busy
+    // CPU). Only batch-1 plans differ on the pool (their convolutions in slices); a batch runs
+    // its one plan on either.
+    if (steps_ == StepScheduler::Auto && !e.pool_plan && e.hits >= 2 && x.size(0) == 1 && at::get_num_threads() > 1) {
+      e.pool_plan = build(x, true);
+      e.pool_plan->set_profiling(false);  // its profile counts the calls auto gives it
+      PoolSteps scope(true);  // and run once: its buffers touched, the pool's threads started
+      e.pool_plan->run(x, strm_);
+      e.pool_plan->set_profiling(profile_);
+    }
     if (steps_ != StepScheduler::Auto) {
       PoolSteps scope(steps_ == StepScheduler::Pool);
       return labels ? e.plan->labels(x, strm_) : e.plan->run(x, strm_);
@@ -94,14 +96,16 @@ class Engine : public InferenceEngine {
   }
   std::string step_report() const override {
     if (steps_ != StepScheduler::Auto) return std::string(step_scheduler_name(steps_));
-    uint64_t calls = 0, pool_calls = 0, switches = 0;
+    uint64_t calls = 0, pool_calls = 0, switches = 0, pool_plans = 0;
     for (const auto& [key, e] : plans_) {
       calls += e.auto_steps.calls;
       pool_calls += e.auto_steps.pool_calls;
       switches += e.auto_steps.switches;
+      pool_plans += e.pool_plan != nullptr;
     }
     return "auto: " + std::to_string(pool_calls) + " of " + std::to_string(calls) + " timed calls on the pool, " +
-           std::to_string(switches) + " switch" + (switches == 1 ? "" : "es");
+           std::to_string(switches) + " switch" + (switches == 1 ? "" : "es") + ", " + std::to_string(pool_plans) +
+           " pool plan" + (pool_plans == 1 ? "" : "s");
   }
   std::string backend() const override { return int8_ ? "onednn-int8" : bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
