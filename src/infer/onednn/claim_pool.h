@@ -48,8 +48,9 @@ class ClaimPoolLease {
 
 // What runs a plan's own steps (LIGHTSEG_STEPS): OpenMP (at::parallel_for), the claim pool, or
 // auto (the default): each plan runs on OpenMP while its calls keep near its best quiet call,
-// and on the pool (with a pool plan of its own, built at a size's second call) while they run well over it
-// (AutoSteps). An unknown value is an error (std::invalid_argument) the first time it is read.
+// and on the pool (with a pool plan of its own, built at a size's second call) while they run
+// well over it (AutoSteps). An unknown value is an error (std::invalid_argument) the first
+// time it is read.
 enum class StepScheduler { OpenMP, Pool, Auto };
 StepScheduler step_scheduler();
 const char* step_scheduler_name(StepScheduler s);
