@@ -261,6 +261,57 @@ TEST(ClaimPool, AutoGoesToThePoolWhileCallsRunSlowAndComesBack) {
   EXPECT_DOUBLE_EQ(a.best, 0.018);
 }
 
+TEST(ClaimPool, AutoSeesABusyCpuFromTheWaitWithoutAQuietCall) {
+  // A process started on a busy CPU: its calls are all equally slow, so the time alone never
+  // says so (its best call is a busy one); the calling thread's wait for a CPU does.
+  using lightseg::onednn::AutoSteps;
+  AutoSteps a;
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(a.record(0.050, 0.002));  // waited 4 %: not busy
+  EXPECT_FALSE(a.on_pool);
+  EXPECT_FALSE(a.record(0.050, 0.020));  // 40 %: busy
+  EXPECT_FALSE(a.record(0.052, 0.010));  // 19 %
+  EXPECT_FALSE(a.record(0.050, 0.005));  // 10 %: not, the count starts again
+  EXPECT_FALSE(a.record(0.050, 0.020));
+  EXPECT_FALSE(a.record(0.050, 0.020));
+  EXPECT_TRUE(a.record(0.050, 0.020));
+  EXPECT_TRUE(a.on_pool);
+  // on the pool: fast enough by time, but still waiting for the CPU: stays
+  for (int i = 0; i < 3 * AutoSteps::kQuietCalls; ++i) EXPECT_FALSE(a.record(0.045, 0.015));
+  EXPECT_TRUE(a.on_pool);
+  // the CPU free again (a wait under 5 %) and the calls near best: back to OpenMP
+  for (int i = 0; i < AutoSteps::kQuietCalls - 1; ++i) EXPECT_FALSE(a.record(0.030, 0.0005));
+  EXPECT_TRUE(a.record(0.030, 0.0005));
+  EXPECT_FALSE(a.on_pool);
+  // unknown waits (-1): time alone decides, as before
+  AutoSteps b;
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(b.record(0.050, -1));
+  EXPECT_FALSE(b.on_pool);
+}
+
+TEST(ClaimPool, TheRunDelayOfAThreadGrowsOnABusyCpu) {
+  // What the auto steps read: -1 where the kernel keeps no schedstat; else seconds that grow
+  // while more threads want the CPUs than there are.
+  const double before = lightseg::onednn::thread_run_delay();
+  if (before < 0) GTEST_SKIP() << "this kernel keeps no run delay (/proc/thread-self/schedstat)";
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (unsigned i = 0; i < 2 * cpus; ++i)
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  volatile uint64_t x = 0;
+  while (std::chrono::steady_clock::now() < until) x = x + 1;
+  const double after = lightseg::onednn::thread_run_delay();
+  stop = true;
+  for (auto& t : busy) t.join();
+  // 2 x cpus busy threads and this one on `cpus` CPUs: a fair share leaves this thread waiting
+  // about 2/3 of the 0.5 s; 0.05 s is far below that and far above a quiet machine's wait
+  EXPECT_GT(after - before, 0.05) << "waited " << after - before << " s of 0.5 s beside " << 2 * cpus << " busy threads";
+}
+
 TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
   // The switches forced (every call counts as slow, then as quiet): the engine goes to its pool
   // plan (its convolutions in slices) and back, with the same results throughout.
@@ -277,7 +328,7 @@ TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
   } restore;
   torch::manual_seed(3);
   auto x = torch::rand({1, 3, 97, 131}) * 255;
-  lightseg::onednn::set_auto_steps_factors(0.0, 0.0);  // every call slow, none quiet
+  lightseg::onednn::set_auto_steps_factors(0.0, 0.0, 1e9, 0.0);  // every call slow, none quiet
   auto first = engine->logits(x).clone();
   // a size seen once has no pool plan (a folder of many sizes builds one plan per image)
   EXPECT_EQ(engine->step_report(), "auto: 0 of 1 timed calls on the pool, 0 switches, 0 pool plans");
@@ -295,7 +346,7 @@ TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
   // the 3rd call switched: the 4th to the 14th ran on the pool plan
   EXPECT_EQ(engine->step_report(), "auto: 11 of 14 timed calls on the pool, 1 switch, 1 pool plan");
   EXPECT_NE(engine->profile().find(" slices + pass: claim pool"), std::string::npos) << engine->profile();
-  lightseg::onednn::set_auto_steps_factors(1e9, 1e9);  // none slow, every call quiet
+  lightseg::onednn::set_auto_steps_factors(1e9, 1e9, 1e9, 1e9);  // none slow, every call quiet
   for (int i = 0; i < AutoSteps::kQuietCalls + 2; ++i) EXPECT_GE(agreement(engine->labels(x)), 0.999);
   EXPECT_EQ(engine->step_report(), "auto: " + std::to_string(11 + AutoSteps::kQuietCalls) + " of " +
                                        std::to_string(16 + AutoSteps::kQuietCalls) + " timed calls on the pool, 2 switches, 1 pool plan");

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #if defined(__linux__)
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -206,20 +208,45 @@ PoolSteps::~PoolSteps() { on_pool = was_; }
 
 namespace {
 std::atomic<double> slow_factor{AutoSteps::kSlow}, quiet_factor{AutoSteps::kQuiet};
+std::atomic<double> busy_share{AutoSteps::kBusyShare}, quiet_share{AutoSteps::kQuietShare};
 }
-void set_auto_steps_factors(double slow, double quiet) {
+void set_auto_steps_factors(double slow, double quiet, double busy, double calm) {
   slow_factor.store(slow);
   quiet_factor.store(quiet);
+  busy_share.store(busy);
+  quiet_share.store(calm);
 }
 
 void set_claim_pool_race_window(int rounds) { race_window.store(rounds, std::memory_order_relaxed); }
 
-bool AutoSteps::record(double seconds) {
+double thread_run_delay() {
+#if defined(__linux__)
+  // sum_exec_runtime, run_delay (ns), timeslices; all zero where the kernel keeps no sched info
+  const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  unsigned long long ran = 0, waited = 0;
+  if (std::sscanf(buf, "%llu %llu", &ran, &waited) != 2 || ran == 0) return -1;
+  return static_cast<double>(waited) * 1e-9;
+#else
+  return -1;
+#endif
+}
+
+bool AutoSteps::record(double seconds, double waited) {
   ++calls;
   if (on_pool) ++pool_calls;
   if (!on_pool && (best == 0 || seconds < best)) best = seconds;
-  const bool other_side = on_pool ? seconds < quiet_factor.load(std::memory_order_relaxed) * best
-                                  : seconds > slow_factor.load(std::memory_order_relaxed) * best;
+  const bool known = waited >= 0;
+  const bool other_side =
+      on_pool ? seconds < quiet_factor.load(std::memory_order_relaxed) * best &&
+                    (!known || waited < quiet_share.load(std::memory_order_relaxed) * seconds)
+              : seconds > slow_factor.load(std::memory_order_relaxed) * best ||
+                    (known && waited > busy_share.load(std::memory_order_relaxed) * seconds);
   run = other_side ? run + 1 : 0;
   if (run < (on_pool ? kQuietCalls : kSlowCalls)) return false;
   on_pool = !on_pool;

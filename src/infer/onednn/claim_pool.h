@@ -71,24 +71,34 @@ class PoolSteps {
   bool was_;
 };
 
-// LIGHTSEG_STEPS=auto's choice for one plan, from the time of its calls. On OpenMP: `best` is
-// the fastest call so far; after kSlowCalls calls in a row over kSlow x best (another process
-// holds a core: OpenMP's barriers wait for it) the plan goes to the pool. On the pool: after
-// kQuietCalls calls in a row under kQuiet x best (the CPU is ours again; the pool plan costs
-// 4-9 % on a quiet CPU) it comes back. Calls on the pool never lower `best`.
+// LIGHTSEG_STEPS=auto's choice for one plan, from the time of its calls and how long the
+// calling thread waited for a CPU meanwhile (its run delay: runnable, not running). On OpenMP:
+// `best` is the fastest call so far; after kSlowCalls calls in a row over kSlow x best, or
+// that waited more than kBusyShare of their time (another process holds a core: OpenMP's
+// barriers wait for it), the plan goes to the pool. The wait counts where no quiet call was
+// ever seen to compare with: a process started on a busy CPU. On the pool: after kQuietCalls
+// calls in a row under kQuiet x best that waited less than kQuietShare of their time (the CPU
+// is ours again; the pool plan costs 4-9 % on a quiet CPU) it comes back. Calls on the pool
+// never lower `best`. Where the kernel keeps no run delay, time alone decides.
 struct AutoSteps {
-  static constexpr double kSlow = 1.5, kQuiet = 1.3;  // the defaults of set_auto_steps_factors
+  static constexpr double kSlow = 1.5, kQuiet = 1.3;             // the defaults of set_auto_steps_factors
+  static constexpr double kBusyShare = 0.15, kQuietShare = 0.05;  // likewise
   static constexpr int kSlowCalls = 3, kQuietCalls = 8;
   bool on_pool = false;
   double best = 0;  // seconds; 0: no call yet
   int run = 0;      // calls in a row that point to the other side
   uint64_t calls = 0, pool_calls = 0, switches = 0;
-  // The call just timed (on the pool when on_pool); true when the next call changes side.
-  bool record(double seconds);
+  // The call just timed (on the pool when on_pool), and the seconds its thread waited for a
+  // CPU (< 0: unknown); true when the next call changes side.
+  bool record(double seconds, double waited = -1);
 };
-// Replaces kSlow and kQuiet for the process (tests: slow 0 sends every plan to the pool after
-// kSlowCalls calls, quiet 1e9 brings it back after kQuietCalls).
-void set_auto_steps_factors(double slow = AutoSteps::kSlow, double quiet = AutoSteps::kQuiet);
+// Replaces kSlow, kQuiet, kBusyShare and kQuietShare for the process (tests: slow 0 sends every
+// plan to the pool after kSlowCalls calls; quiet and calm 1e9 bring it back after kQuietCalls).
+void set_auto_steps_factors(double slow = AutoSteps::kSlow, double quiet = AutoSteps::kQuiet,
+                            double busy = AutoSteps::kBusyShare, double calm = AutoSteps::kQuietShare);
+// Seconds this thread has waited for a CPU since it started (Linux's schedstat run delay);
+// -1 where the kernel does not say.
+double thread_run_delay();
 
 // at::parallel_for's contract (f(b, e) on consecutive ranges of at least `grain`, each index
 // once), on the claim pool when it is chosen and free: up to 8 pieces per thread.

@@ -88,10 +88,14 @@ class Engine : public InferenceEngine {
     // auto: the plan of the side AutoSteps is on.
     Plan& p = e.auto_steps.on_pool && e.pool_plan ? *e.pool_plan : *e.plan;
     PoolSteps scope(e.auto_steps.on_pool);
+    const double waited0 = thread_run_delay();
     const auto t0 = std::chrono::steady_clock::now();
     auto out = labels ? p.labels(x, strm_) : p.run(x, strm_);
-    if (at::get_num_threads() > 1)  // with one thread there is no barrier to wait at
-      e.auto_steps.record(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (at::get_num_threads() > 1) {  // with one thread there is no barrier to wait at
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double waited1 = waited0 < 0 ? -1 : thread_run_delay();
+      e.auto_steps.record(seconds, waited1 < 0 ? -1 : waited1 - waited0);
+    }
     return out;
   }
   std::string step_report() const override {
