@@ -70,7 +70,7 @@ class Engine : public InferenceEngine {
     e.last_use = ++clock_;
     // auto: the pool plan at a size's second call (or the first after it with threads),
     // untimed: not with the first (a folder of images of many sizes, each seen once, would
-    // build two plans per image: 1.8x the time), nor when calls turn slow (~0.25 s then, on a
+    // build two plans per image: twice the time), nor when calls turn slow (~0.25 s then, on a
     // busy CPU); and run once (its first run, cold, was among the slowest calls on a busy
     // CPU). Only batch-1 plans differ on the pool (their convolutions in slices); a batch runs
     // its one plan on either.
@@ -88,10 +88,11 @@ class Engine : public InferenceEngine {
     // auto: the plan of the side AutoSteps is on.
     Plan& p = e.auto_steps.on_pool && e.pool_plan ? *e.pool_plan : *e.plan;
     PoolSteps scope(e.auto_steps.on_pool);
-    const double waited0 = thread_run_delay();
+    const bool timed = at::get_num_threads() > 1;  // with one thread there is no barrier to wait at
+    const double waited0 = timed ? thread_run_delay() : -1;
     const auto t0 = std::chrono::steady_clock::now();
     auto out = labels ? p.labels(x, strm_) : p.run(x, strm_);
-    if (at::get_num_threads() > 1) {  // with one thread there is no barrier to wait at
+    if (timed) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double waited1 = waited0 < 0 ? -1 : thread_run_delay();
       e.auto_steps.record(seconds, waited1 < 0 ? -1 : waited1 - waited0);
