@@ -352,6 +352,43 @@ TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
                                        std::to_string(16 + AutoSteps::kQuietCalls) + " timed calls on the pool, 2 switches, 1 pool plan");
 }
 
+TEST(ClaimPool, AnAutoEngineWhosePoolPlanFailsKeepsItsPlan) {
+  // A pool plan that cannot be built (out of memory: it doubles the size's buffers) does not fail
+  // the call: the size keeps its plan, its own steps on the pool while calls run slow, and the
+  // report says why; the build is not tried again at every call.
+  using namespace lightseg;
+  if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+  if (!onednn_unsuitable_reason().empty()) GTEST_SKIP() << onednn_unsuitable_reason();
+  auto net = fixtures::random_net(NetworkConfig{}, 9);
+  const auto f = fuse_network(net, ModelMeta::camvid());
+  PoolScope scope(StepScheduler::Auto);
+  auto engine = make_onednn_engine(f, false, /*profile=*/false);
+  struct Restore {
+    ~Restore() {
+      lightseg::onednn::set_auto_steps_factors();
+      lightseg::onednn::set_pool_plans_fail_for_tests(false);
+    }
+  } restore;
+  torch::manual_seed(4);
+  auto x = torch::rand({1, 3, 75, 99}) * 255;
+  lightseg::onednn::set_auto_steps_factors(0.0, 0.0, 1e9, 0.0);  // every call slow, none quiet
+  lightseg::onednn::set_pool_plans_fail_for_tests(true);
+  const auto first = engine->logits(x).clone();
+  const double scale = std::max(1.0, first.abs().max().item<double>());
+  for (int i = 0; i < 8; ++i) {
+    torch::Tensor y;
+    ASSERT_NO_THROW(y = engine->logits(x)) << "call " << i;
+    EXPECT_LT((y - first).abs().max().item<double>(), 1e-5 * scale) << "call " << i;
+  }
+  // switched after the 3rd call: calls 4 to 9 on the pool, with the size's own plan
+  EXPECT_EQ(engine->step_report(),
+            "auto: 6 of 9 timed calls on the pool, 1 switch, 0 pool plans, 1 not built (a pool plan failed to build (test))");
+  // not tried again: builds that would now succeed are not attempted for this size
+  lightseg::onednn::set_pool_plans_fail_for_tests(false);
+  engine->logits(x);
+  EXPECT_NE(engine->step_report().find("0 pool plans, 1 not built"), std::string::npos) << engine->step_report();
+}
+
 TEST(ClaimPool, AnUnknownSchedulerIsAClearError) {
   if (!lightseg::onednn_available() || !lightseg::onednn_unsuitable_reason().empty())
     GTEST_SKIP() << "no onednn plans here";

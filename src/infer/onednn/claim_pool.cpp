@@ -219,6 +219,12 @@ void set_auto_steps_factors(double slow, double quiet, double busy, double calm)
 
 void set_claim_pool_race_window(int rounds) { race_window.store(rounds, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool> pool_plans_fail{false};
+}
+void set_pool_plans_fail_for_tests(bool fail) { pool_plans_fail.store(fail); }
+bool pool_plans_fail_for_tests() { return pool_plans_fail.load(std::memory_order_relaxed); }
+
 double thread_run_delay() {
 #if defined(__linux__)
   // sum_exec_runtime, run_delay (ns), timeslices; all zero where the kernel keeps no sched info

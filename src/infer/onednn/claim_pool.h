@@ -20,6 +20,9 @@ namespace lightseg::onednn {
 
 // Tests only: widens the moments where a claim could race with the next step (rounds of a spin).
 void set_claim_pool_race_window(int rounds);
+// Tests only: every pool plan the engine builds from now on fails (auto keeps the plan it has).
+void set_pool_plans_fail_for_tests(bool fail);
+bool pool_plans_fail_for_tests();
 
 // The most pieces one step of the pool has (its claim word holds the count in 16 bits).
 constexpr int64_t kMaxPieces = 0xffff;

@@ -74,12 +74,21 @@ class Engine : public InferenceEngine {
     // busy CPU); and run once (its first run, cold, was among the slowest calls on a busy
     // CPU). Only batch-1 plans differ on the pool (their convolutions in slices); a batch runs
     // its one plan on either.
-    if (steps_ == StepScheduler::Auto && !e.pool_plan && e.hits >= 2 && x.size(0) == 1 && at::get_num_threads() > 1) {
-      e.pool_plan = build(x, true);
-      e.pool_plan->set_profiling(false);  // its profile counts the calls auto gives it
-      PoolSteps scope(true);  // and run once: its buffers touched, the pool's threads started
-      e.pool_plan->run(x, strm_);
-      e.pool_plan->set_profiling(profile_);
+    // A pool plan that cannot be built or run (out of memory: it doubles the size's buffers) is
+    // not tried again; the size keeps its plan, whose own steps still go to the pool.
+    if (steps_ == StepScheduler::Auto && !e.pool_plan && e.pool_failure.empty() && e.hits >= 2 && x.size(0) == 1 &&
+        at::get_num_threads() > 1) {
+      try {
+        e.pool_plan = build(x, true);
+        e.pool_plan->set_profiling(false);  // its profile counts the calls auto gives it
+        PoolSteps scope(true);  // and run once: its buffers touched, the pool's threads started
+        e.pool_plan->run(x, strm_);
+        e.pool_plan->set_profiling(profile_);
+      } catch (const std::exception& err) {
+        e.pool_plan.reset();
+        e.pool_failure = err.what();
+        if (e.pool_failure.empty()) e.pool_failure = "unknown error";
+      }
     }
     if (steps_ != StepScheduler::Auto) {
       PoolSteps scope(steps_ == StepScheduler::Pool);
@@ -101,16 +110,22 @@ class Engine : public InferenceEngine {
   }
   std::string step_report() const override {
     if (steps_ != StepScheduler::Auto) return std::string(step_scheduler_name(steps_));
-    uint64_t calls = 0, pool_calls = 0, switches = 0, pool_plans = 0;
+    uint64_t calls = 0, pool_calls = 0, switches = 0, pool_plans = 0, failed = 0;
+    std::string failure;
     for (const auto& [key, e] : plans_) {
       calls += e.auto_steps.calls;
       pool_calls += e.auto_steps.pool_calls;
       switches += e.auto_steps.switches;
       pool_plans += e.pool_plan != nullptr;
+      if (!e.pool_failure.empty()) {
+        ++failed;
+        failure = e.pool_failure;
+      }
     }
     return "auto: " + std::to_string(pool_calls) + " of " + std::to_string(calls) + " timed calls on the pool, " +
            std::to_string(switches) + " switch" + (switches == 1 ? "" : "es") + ", " + std::to_string(pool_plans) +
-           " pool plan" + (pool_plans == 1 ? "" : "s");
+           " pool plan" + (pool_plans == 1 ? "" : "s") +
+           (failed ? ", " + std::to_string(failed) + " not built (" + failure + ")" : std::string());
   }
   std::string backend() const override { return int8_ ? "onednn-int8" : bf16_ ? "onednn-bf16" : "onednn"; }
   torch::Device device() const override { return torch::kCPU; }
@@ -131,6 +146,7 @@ class Engine : public InferenceEngine {
   dnnl::stream strm_;
   std::unique_ptr<Plan> build(const torch::Tensor& x, bool pool) {
     PoolSteps scope(pool);  // a pool plan cuts its batch-1 convolutions into slices (sliced_conv.h)
+    if (pool && pool_plans_fail_for_tests()) throw std::runtime_error("a pool plan failed to build (test)");
     auto p = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_, int8_);
     p->set_profiling(profile_);
     return p;
@@ -140,6 +156,7 @@ class Engine : public InferenceEngine {
   StepScheduler steps_ = step_scheduler();
   struct Entry {
     std::unique_ptr<Plan> plan, pool_plan;
+    std::string pool_failure;  // why its pool plan could not be built (auto): not tried again
     AutoSteps auto_steps;
     uint64_t hits = 0, last_use = 0;
   };
