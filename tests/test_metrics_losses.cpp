@@ -104,6 +104,30 @@ TEST(Losses, FusedCrossEntropyMatchesTorchInEveryLayout) {
   EXPECT_NEAR(weighted_cross_entropy(view, target, w).item<double>(), ref, 1e-5 * std::abs(ref));
 }
 
+TEST(Losses, FusedCrossEntropyMatchesDoublePrecisionOnWideLogits) {
+  // Logits 60 apart and more (exponentials down to the kernel's e^-80 floor), 19 classes,
+  // images whose pixel count is no multiple of the kernel's 16-pixel groups, both layouts,
+  // against torch's cross-entropy in double precision. Run again at LIGHTSEG_MAX_ISA=avx2 and
+  // generic by ctest (each level's kernel).
+  torch::manual_seed(5);
+  auto base = torch::randn({2, 19, 37, 53}) * 20;
+  auto target = torch::randint(0, 20, {2, 37, 53}, torch::kLong);
+  target.masked_fill_(target == 19, 255);
+  auto w = torch::rand({19}) + 0.25;
+  auto zd = base.to(torch::kDouble).requires_grad_(true);
+  auto ref = torch::nn::functional::cross_entropy(
+      zd, target, torch::nn::functional::CrossEntropyFuncOptions().weight(w.to(torch::kDouble)).ignore_index(255));
+  ref.backward();
+  for (const auto& layout : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast}) {
+    auto z = base.clone(layout).detach().requires_grad_(true);
+    auto loss = fused_cross_entropy(z, target, w);
+    loss.backward();
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-5 * std::abs(ref.item<double>()));
+    const double err = (z.grad().to(torch::kDouble) - zd.grad()).abs().max().item<double>();
+    EXPECT_LT(err, 1e-6 * zd.grad().abs().max().item<double>() + 1e-9) << "largest gradient error";
+  }
+}
+
 TEST(Losses, FusedCrossEntropyIsTheSameOnAnyNumberOfThreads) {
   torch::manual_seed(4);
   auto z = torch::randn({3, 11, 90, 120}).contiguous(at::MemoryFormat::ChannelsLast);

@@ -1,5 +1,9 @@
 #include "train/fused_cross_entropy.h"
 
+#include "core/isa.h"
+#include "core/simd.h"
+#include "lightseg/features.h"  // LIGHTSEG_NATIVE_KERNELS
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -26,55 +30,139 @@ struct Sums {
   int64_t bad = 0;
 };
 
+// exp(x) for x <= 0 in every lane (the logits less their maximum): 2^n · e^r with
+// r = x − n·ln 2 in [−ln2/2, ln2/2] and e^r to degree 7 (relative error ~1e-7, what expf gives);
+// x under −80 counts as −80 (e^−80 ~ 2e-35: nothing beside the maximum's 1).
+template <int N>
+LIGHTSEG_SIMD_INLINE simd::vec<N> exp_nonpositive(simd::vec<N> x) {
+  using V = simd::vec<N>;
+  using I = typename simd::Lanes<N>::i32;
+  x = x < -80.f ? V{} - 80.f : x;
+  const I n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, I);  // round(x/ln2), x <= 0
+  const V nf = __builtin_convertvector(n, V);
+  const V r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;  // ln 2 in two parts
+  V p = r * (1.f / 5040) + 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  return (V)((I)p + (n << 23));  // times 2^n: n added to the exponent
+}
+
+// The pass's pixels p0..p1 (one work item) in groups of kLanes: each group's logits are copied
+// to a class-major tile (from either layout), the group's max, exponentials and sum are vectors,
+// and its gradient is written back from the tile. The loss is summed pixel by pixel in order.
+template <int N>
+LIGHTSEG_SIMD_INLINE Sums chunk_pass(const float* zp, const int64_t* yp, const float* wp, int64_t ignore,
+                                     float inv_total, float* g, int64_t p0, int64_t p1, int64_t C, int64_t HW,
+                                     int64_t sN, int64_t sP, int64_t sC, float* tile) {
+  using V = simd::vec<N>;
+  Sums s;
+  for (int64_t p = p0; p < p1;) {
+    const int64_t n = p / HW, q = p % HW;
+    const int64_t lanes = std::min<int64_t>({N, p1 - p, HW - q});  // within one image
+    const int64_t base = n * sN + q * sP;
+    int64_t t[N];
+    float wt[N];
+    bool used[N];
+    for (int64_t i = 0; i < N; ++i) {
+      t[i] = 0, wt[i] = 0.f, used[i] = false;
+      if (i >= lanes) continue;
+      const int64_t label = yp[p + i];
+      if (label == ignore) continue;
+      if (label < 0 || label >= C) {
+        if (!s.has_bad) s.has_bad = true, s.bad = label;
+        continue;
+      }
+      t[i] = label, wt[i] = wp[label], used[i] = true;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      float* row = tile + c * N;
+      const float* src = zp + base + c * sC;
+      for (int64_t i = 0; i < lanes; ++i) row[i] = src[i * sP];
+      for (int64_t i = lanes; i < N; ++i) row[i] = 0.f;
+    }
+    V m = simd::load<N>(tile);
+    for (int64_t c = 1; c < C; ++c) {
+      const V v = simd::load<N>(tile + c * N);
+      m = v > m ? v : m;
+    }
+    V sum{};
+    for (int64_t c = 0; c < C; ++c) {
+      const V e = exp_nonpositive<N>(simd::load<N>(tile + c * N) - m);
+      if (g) simd::store<N>(tile + c * N, e);  // the tile now holds the exponentials
+      sum += e;
+    }
+    for (int64_t i = 0; i < lanes; ++i) {
+      if (!used[i]) continue;
+      const float zt = zp[base + i * sP + t[i] * sC];
+      s.loss += static_cast<double>(wt[i]) * (m[i] + std::log(sum[i]) - zt);
+      s.weight += wt[i];
+    }
+    if (g) {
+      V scale{};
+      for (int64_t i = 0; i < N; ++i) scale[i] = wt[i] * inv_total;  // 0 where ignored
+      const V k = scale / sum;
+      for (int64_t c = 0; c < C; ++c) simd::store<N>(tile + c * N, simd::load<N>(tile + c * N) * k);
+      for (int64_t i = 0; i < lanes; ++i)
+        if (used[i]) tile[t[i] * N + i] -= scale[i];
+      for (int64_t c = 0; c < C; ++c) {
+        float* dst = g + base + c * sC;
+        const float* row = tile + c * N;
+        for (int64_t i = 0; i < lanes; ++i) dst[i * sP] = row[i];
+      }
+    }
+    p += lanes;
+  }
+  return s;
+}
+
+constexpr int kLanes = 16;
+using ChunkPass = Sums (*)(const float*, const int64_t*, const float*, int64_t, float, float*, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, float*);
+#define LIGHTSEG_CE_CHUNK(NAME, ATTR)                                                                              \
+  ATTR Sums NAME(const float* zp, const int64_t* yp, const float* wp, int64_t ignore, float inv_total, float* g, \
+                 int64_t p0, int64_t p1, int64_t C, int64_t HW, int64_t sN, int64_t sP, int64_t sC, float* tile) { \
+    return chunk_pass<kLanes>(zp, yp, wp, ignore, inv_total, g, p0, p1, C, HW, sN, sP, sC, tile);                \
+  }
+LIGHTSEG_CE_CHUNK(chunk_generic, )
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
+LIGHTSEG_CE_CHUNK(chunk_avx2, __attribute__((target("avx2,fma"))))
+LIGHTSEG_CE_CHUNK(chunk_avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))))
+#endif
+
+// The chunk pass for this CPU (within LIGHTSEG_MAX_ISA, read at every call like the other kernels' cap).
+ChunkPass chunk_pass_here() {
+#if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
+  const IsaLevel cpu = cpu_isa_level();
+  if (cpu >= IsaLevel::Avx512) return chunk_avx512;
+  if (cpu >= IsaLevel::Avx2) return chunk_avx2;
+#endif
+  return chunk_generic;
+}
+
 // One pass: per pixel, the log-sum-exp over the C logits, the weighted loss, and (with g) the
 // gradient softmax − one-hot times weight / total.
 Sums forward_pass(const torch::Tensor& z, const torch::Tensor& y, const torch::Tensor& w, int64_t ignore,
                   double total, float* g) {
   const int64_t N = z.size(0), C = z.size(1), H = z.size(2), W = z.size(3), HW = H * W, P = N * HW;
-  const int64_t sN = z.stride(0), sC = z.stride(1), sH = z.stride(2), sW = z.stride(3);
+  // a dense layout (contiguous or channels-last): a pixel's offset in its image is q · stride(3)
+  const int64_t sN = z.stride(0), sC = z.stride(1), sP = z.stride(3);
+  if (z.stride(2) != W * sP) throw std::logic_error("fused_cross_entropy: logits in no dense layout");
   const float* zp = z.data_ptr<float>();
   const int64_t* yp = y.data_ptr<int64_t>();
   const float* wp = w.data_ptr<float>();
   const float inv_total = static_cast<float>(1.0 / total);
   const int64_t chunks = (P + kChunk - 1) / kChunk;
+  const ChunkPass pass = chunk_pass_here();
   std::vector<Sums> part(static_cast<size_t>(chunks));
   at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> ex(static_cast<size_t>(C));
-    for (int64_t k = b; k < e; ++k) {
-      Sums s;
-      const int64_t p0 = k * kChunk, p1 = std::min(P, p0 + kChunk);
-      int64_t n = p0 / HW, h = (p0 % HW) / W, x = p0 % W;
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t o = n * sN + h * sH + x * sW;
-        if (++x == W) {
-          x = 0;
-          if (++h == H) h = 0, ++n;
-        }
-        const int64_t t = yp[p];
-        if (t == ignore) {
-          if (g)
-            for (int64_t c = 0; c < C; ++c) g[o + c * sC] = 0.f;
-          continue;
-        }
-        if (t < 0 || t >= C) {
-          if (!s.has_bad) s.has_bad = true, s.bad = t;
-          continue;
-        }
-        float m = zp[o];
-        for (int64_t c = 1; c < C; ++c) m = std::max(m, zp[o + c * sC]);
-        float sum = 0.f;
-        for (int64_t c = 0; c < C; ++c) sum += (ex[c] = std::exp(zp[o + c * sC] - m));
-        const float wt = wp[t];
-        s.loss += static_cast<double>(wt) * (m + std::log(sum) - zp[o + t * sC]);
-        s.weight += wt;
-        if (g) {
-          const float scale = wt * inv_total / sum;
-          for (int64_t c = 0; c < C; ++c) g[o + c * sC] = ex[c] * scale;
-          g[o + t * sC] -= wt * inv_total;
-        }
-      }
-      part[static_cast<size_t>(k)] = s;
-    }
+    std::vector<float> tile(static_cast<size_t>(C * kLanes));
+    for (int64_t k = b; k < e; ++k)
+      part[static_cast<size_t>(k)] =
+          pass(zp, yp, wp, ignore, inv_total, g, k * kChunk, std::min(P, (k + 1) * kChunk), C, HW, sN, sP, sC, tile.data());
   });
   Sums all;
   for (const auto& s : part) {
