@@ -109,9 +109,10 @@ struct TrainOptions {
   std::string cuda_graph = "off";
   // The checkpoint written when this invocation stops (time limit or a stop request) in compact
   // form, for a run whose state goes into version control between sessions: Adam's second
-  // moments in bf16, its first moments left out (they restart at zero on resume and rebuild
-  // within ~10 steps), so the aux recipe's state is ~3.5 MB instead of ~7.6 MB. Per invocation
-  // (--compact-state), not stored with the run.
+  // moments as 8-bit log codes, its first moments left out (they restart at zero on resume and
+  // rebuild within ~10 steps), an EMA run's raw weights as an int8 difference from the average
+  // (src/train/compact_state.h), so the aux recipe's state is ~3.1 MB instead of ~7.6 MB. Per
+  // invocation (--compact-state), not stored with the run.
   bool compact_state = false;
   std::string init_weights;        // start from these weights (fine-tuning)
   NetworkConfig network;

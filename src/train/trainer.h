@@ -55,7 +55,8 @@ class Trainer {
   void read_checkpoint();
   void build_model();
   void init_from_weights();
-  // compact: the optimizer's state as compact_optimizer_bytes writes it (TrainOptions::compact_state).
+  // compact: the optimizer's state and an EMA run's raw weights in compact form (compact_state.h;
+  // TrainOptions::compact_state).
   void save_checkpoint(const std::string& path, bool compact = false);
   void write_log();
   EvalResult validate();

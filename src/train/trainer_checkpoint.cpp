@@ -4,6 +4,7 @@
 
 #include "lightseg/file_io.h"
 #include "train/archive_bytes.h"
+#include "train/compact_state.h"
 #include "train/curve.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -82,7 +83,10 @@ void Trainer::read_checkpoint() {
 }
 void Trainer::save_checkpoint(const std::string& path, bool compact) {
   WeightsFile w = make_weights(scored_, meta_);
-  if (ema_net_) w.blobs["raw_weights"] = to_archive_bytes(*net_);
+  if (ema_net_) {
+    if (compact) w.blobs["raw_weights_q8"] = compact_weights_delta_bytes(*net_, *ema_net_);
+    else w.blobs["raw_weights"] = to_archive_bytes(*net_);
+  }
   if (aux_) w.blobs["aux_heads"] = to_archive_bytes(*aux_);
   if (fused_) fused_->export_state();
   w.blobs["optimizer"] = compact ? compact_optimizer_bytes(*opt_) : to_archive_bytes(*opt_);

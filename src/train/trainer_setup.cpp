@@ -5,6 +5,7 @@
 
 #include "lightseg/file_io.h"
 #include "train/archive_bytes.h"
+#include "train/compact_state.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -133,11 +134,18 @@ void Trainer::build_model() {
   torch::manual_seed(o_.seed);
   net_ = Network(o_.network);
   const bool use_ema = o_.ema_decay > 0, use_aux = o_.aux_weight > 0;
-  const bool ckpt_ema = have_resume_ && resumed_.blobs.count("raw_weights") > 0;
+  const bool ckpt_ema = have_resume_ && (resumed_.blobs.count("raw_weights") || resumed_.blobs.count("raw_weights_q8"));
   const bool ckpt_aux = have_resume_ && resumed_.blobs.count("aux_heads") > 0;
   if (have_resume_) {
-    if (ckpt_ema) from_archive_bytes(*net_, resumed_.blobs.at("raw_weights"));
-    else load_into(net_, resumed_);
+    if (ckpt_ema && resumed_.blobs.count("raw_weights")) {
+      from_archive_bytes(*net_, resumed_.blobs.at("raw_weights"));
+    } else {
+      load_into(net_, resumed_);
+      if (ckpt_ema) {  // compact: the average plus the raw weights' difference from it
+        add_weights_delta(*net_, resumed_.blobs.at("raw_weights_q8"));
+        say("compact checkpoint: the raw weights are the average plus their 8-bit difference from it");
+      }
+    }
     if (ckpt_ema && !use_ema) say("EMA off: continuing from the checkpoint's raw weights, not its average");
   } else if (!o_.init_weights.empty()) {
     init_from_weights();
@@ -207,7 +215,7 @@ void Trainer::build_model() {
     opt_blob.clear();
   }
   if (!opt_blob.empty()) {
-    from_archive_bytes(*opt_, opt_blob, device_);
+    load_optimizer_bytes(*opt_, opt_blob, device_);
     if (const int64_t restarted = expand_optimizer_state(*opt_))
       say("compact checkpoint: the optimizer's first moments of " + std::to_string(restarted) +
           " tensors restart at zero (second moments kept)");

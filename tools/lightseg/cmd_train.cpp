@@ -202,9 +202,10 @@ void add_train(CLI::App& app, Args& a) {
   }
   sub->add_option("--time-limit", t.time_limit, "Stop cleanly (checkpoint written) after this many minutes");
   sub->add_flag("--compact-state", t.compact_state,
-                "When this invocation stops (--time-limit, Ctrl-C), write last.lsw compactly: Adam's second moments in "
-                "bf16, its first moments left out (they restart at zero on resume): about half the size, for a run "
-                "state kept in version control");
+                "When this invocation stops (--time-limit, Ctrl-C), write last.lsw compactly: Adam's second moments as "
+                "8-bit log codes, its first moments left out (they restart at zero on resume), an EMA run's raw weights "
+                "as an int8 difference from the average: about 40 % of the full size, for a run state kept in version "
+                "control");
   sub->add_flag("--resume", t.resume, "Continue the run in --out where it stopped (its stored options are the defaults)");
   sub->add_option("--set", t.overrides,
                   "Override any option of the config: KEY=VALUE, e.g. --set lr=5e-4 --set network.c0=16 "
