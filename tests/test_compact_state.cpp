@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "lightseg/train.h"
 #include "lightseg/weights.h"
@@ -37,6 +38,37 @@ struct Stepped {
     return static_cast<torch::optim::AdamParamState&>(*opt->state().at(compat::optimizer_state_key(params[i])));
   }
 };
+
+// The same tiny run stopped after `steps` steps twice: with full and with compact state.
+struct StoppedTwice {
+  fs::path dir;
+  TrainOptions compact_run;  // the compact run's options (to resume it)
+  WeightsFile full, compact;
+};
+StoppedTwice stop_twice(const char* name, int steps, const std::function<void(TrainOptions&)>& configure) {
+  StoppedTwice r;
+  r.dir = fixtures::temp_dir(name);
+  fixtures::make_shapes_dataset(r.dir / "data", 8, 2);
+  auto stop_after = [](int n, int* done) {
+    TrainCallbacks cb;
+    cb.after_backward = [done](Network&) { ++*done; };
+    cb.stop_requested = [n, done] { return *done == n; };
+    return cb;
+  };
+  auto o = fixtures::tiny_train_options(r.dir / "data", r.dir / "full");
+  o.epochs = 3;
+  o.val_every = 1;
+  configure(o);
+  int s1 = 0, s2 = 0;
+  EXPECT_TRUE(train(o, stop_after(steps, &s1)).stopped_by_time);
+  r.compact_run = o;
+  r.compact_run.out_dir = (r.dir / "compact").string();
+  r.compact_run.compact_state = true;
+  EXPECT_TRUE(train(r.compact_run, stop_after(steps, &s2)).stopped_by_time);
+  r.full = read_weights((r.dir / "full" / "last.lsw").string());
+  r.compact = read_weights((r.dir / "compact" / "last.lsw").string());
+  return r;
+}
 
 }  // namespace
 
@@ -159,27 +191,12 @@ TEST(CompactState, RawWeightsAsAnInt8DifferenceFromTheAverage) {
 }
 
 TEST(CompactState, ARunStoppedWithItWritesASmallerCheckpointThatResumesToTheEnd) {
-  auto dir = fixtures::temp_dir("compact_state");
-  fixtures::make_shapes_dataset(dir / "data", 8, 2);
-  auto stop_after = [](int n, int* steps) {
-    TrainCallbacks cb;
-    cb.after_backward = [steps](Network&) { ++*steps; };
-    cb.stop_requested = [n, steps] { return *steps == n; };
-    return cb;
-  };
-  auto o = fixtures::tiny_train_options(dir / "data", dir / "full");
-  o.epochs = 3;
-  o.val_every = 1;
-  o.aux_weight = 0.4;
-  int s1 = 0, s2 = 0;
-  ASSERT_TRUE(train(o, stop_after(3, &s1)).stopped_by_time);
-  auto oc = o;
-  oc.out_dir = (dir / "compact").string();
-  oc.compact_state = true;
-  ASSERT_TRUE(train(oc, stop_after(3, &s2)).stopped_by_time);
+  auto t = stop_twice("compact_state", 3, [](TrainOptions& o) { o.aux_weight = 0.4; });
+  const auto& full = t.full;
+  const auto& compact = t.compact;
+  auto& oc = t.compact_run;
+  auto& dir = t.dir;
 
-  const auto full = read_weights((dir / "full" / "last.lsw").string());
-  const auto compact = read_weights((dir / "compact" / "last.lsw").string());
   // the same network and position; only the optimizer blob is smaller
   EXPECT_EQ(train_state(compact)->global_step, train_state(full)->global_step);
   EXPECT_EQ(compact.blobs.at("aux_heads"), full.blobs.at("aux_heads"));
@@ -205,26 +222,10 @@ TEST(CompactState, AnEmaRunsCompactStateResumesWithItsRawWeightsNearlyExact) {
   // The same EMA run stopped at the same step with full and with compact state: the compact file
   // has the average as its tensors (the same), the raw weights as an 8-bit difference from it
   // (close to the full file's), an 8-bit optimizer state; it is far smaller and resumes to the end.
-  auto dir = fixtures::temp_dir("compact_state_ema");
-  fixtures::make_shapes_dataset(dir / "data", 8, 2);
-  auto stop_after = [](int n, int* steps) {
-    TrainCallbacks cb;
-    cb.after_backward = [steps](Network&) { ++*steps; };
-    cb.stop_requested = [n, steps] { return *steps == n; };
-    return cb;
-  };
-  auto o = fixtures::tiny_train_options(dir / "data", dir / "full");
-  o.epochs = 3;
-  o.val_every = 1;
-  o.ema_decay = 0.9;
-  int s1 = 0, s2 = 0;
-  ASSERT_TRUE(train(o, stop_after(4, &s1)).stopped_by_time);
-  auto oc = o;
-  oc.out_dir = (dir / "compact").string();
-  oc.compact_state = true;
-  ASSERT_TRUE(train(oc, stop_after(4, &s2)).stopped_by_time);
-  const auto full = read_weights((dir / "full" / "last.lsw").string());
-  const auto compact = read_weights((dir / "compact" / "last.lsw").string());
+  auto t = stop_twice("compact_state_ema", 4, [](TrainOptions& o) { o.ema_decay = 0.9; });
+  const auto& full = t.full;
+  const auto& compact = t.compact;
+  auto& oc = t.compact_run;
   ASSERT_TRUE(full.blobs.count("raw_weights"));
   ASSERT_TRUE(compact.blobs.count("raw_weights_q8"));
   EXPECT_FALSE(compact.blobs.count("raw_weights"));
@@ -248,5 +249,5 @@ TEST(CompactState, AnEmaRunsCompactStateResumesWithItsRawWeightsNearlyExact) {
   ASSERT_TRUE(res.finished);
   ASSERT_EQ(res.history.size(), 3u);
   for (const auto& e : res.history) EXPECT_TRUE(std::isfinite(e.loss));
-  fs::remove_all(dir);
+  fs::remove_all(t.dir);
 }
