@@ -58,6 +58,10 @@ def cpu_name():
 
 
 def main():
+    # The peers and the label check run on Debian's Python (its torch and cv2); run as another
+    # Python (a pyenv or venv `python3` first on PATH), the script goes on under Debian's.
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="360x480,512x1024")
     ap.add_argument("--threads", type=int, default=2)
