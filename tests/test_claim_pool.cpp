@@ -352,6 +352,42 @@ TEST(ClaimPool, AnAutoEngineKeepsItsResultsAcrossSwitches) {
                                        std::to_string(16 + AutoSteps::kQuietCalls) + " timed calls on the pool, 2 switches, 1 pool plan");
 }
 
+TEST(ClaimPool, ABf16PoolPlanTakesItsFirstPlansLayouts) {
+  // Which bf16 convolutions run in NHWC is measured when a plan is built; auto's pool plan of a
+  // size takes its first plan's choices, so a switch between them does not change the results
+  // (NHWC and blocked bf16 round differently: ~1e-3, enough to move a label at a near-tie). The
+  // first plan is built with NHWC forced, the pool plan with it forbidden: it still follows.
+  using namespace lightseg;
+  if (!onednn_available()) GTEST_SKIP() << "no onednn backend in this build";
+  if (!onednn_unsuitable_reason().empty()) GTEST_SKIP() << onednn_unsuitable_reason();
+  if (!onednn_bf16_available()) GTEST_SKIP() << "no bf16 plans on this CPU";
+  auto net = fixtures::random_net(NetworkConfig{}, 9);
+  const auto f = fuse_network(net, ModelMeta::camvid());
+  PoolScope scope(StepScheduler::Auto);
+  auto engine = make_onednn_engine(f, /*bf16=*/true, /*profile=*/true);
+  struct Restore {
+    ~Restore() {
+      lightseg::onednn::set_auto_steps_factors();
+      onednn_set_bf16_nhwc(-1);
+    }
+  } restore;
+  torch::manual_seed(3);
+  auto x = torch::rand({1, 3, 97, 131}) * 255;
+  lightseg::onednn::set_auto_steps_factors(0.0, 0.0, 1e9, 0.0);  // every call slow: to the pool plan
+  onednn_set_bf16_nhwc(1);
+  auto first = engine->logits(x).clone();
+  onednn_set_bf16_nhwc(0);
+  for (int i = 0; i < 4; ++i) engine->logits(x);  // builds the pool plan, switches to it
+  auto pooled = engine->logits(x);
+  ASSERT_EQ(engine->step_report(), "auto: 3 of 6 timed calls on the pool, 1 switch, 1 pool plan");
+  const std::string report = engine->profile();
+  const auto pool_part = report.find("(its pool plan)");
+  ASSERT_NE(pool_part, std::string::npos) << report;
+  EXPECT_NE(report.find("(nhwc ", pool_part), std::string::npos) << report;
+  const double scale = std::max(1.0, first.abs().max().item<double>());
+  EXPECT_LT((pooled - first).abs().max().item<double>(), 1e-5 * scale);
+}
+
 TEST(ClaimPool, AnAutoEngineWhosePoolPlanFailsKeepsItsPlan) {
   // A pool plan that cannot be built (out of memory: it doubles the size's buffers) does not fail
   // the call: the size keeps its plan, its own steps on the pool while calls run slow, and the

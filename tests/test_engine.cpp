@@ -289,6 +289,48 @@ TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
   }
 }
 
+TEST(Engine, Bf16ConvolutionsInNhwcMatchTheBlockedOnes) {
+  // bf16 dense convolutions in NHWC (the layout of oneDNN's AMX kernels: an NHWC bf16 copy of
+  // the input, an NHWC f32 result read by the pass) against the same convolutions on the blocked
+  // layout: both close to the training graph and to each other, for whole and partial channel
+  // blocks (c0 = 20) and odd sizes; the plans say which form each took.
+  std::string why;
+  {
+    auto net = random_net(NetworkConfig{}, 3);
+    if (!bf16_engine(net, ModelMeta::generic(NetworkConfig{}.num_classes), &why)) GTEST_SKIP() << why;
+  }
+  for (const auto& cfg : {NetworkConfig{}, unaligned_config()}) {
+    auto net = random_net(cfg, 9);  // Bf16HandlesEveryConfigurationAndSize's weights
+    ModelMeta meta = ModelMeta::generic(cfg.num_classes);
+    EngineOptions o{"onednn"};
+    o.dtype = torch::kBFloat16;
+    o.profile = true;
+    auto nhwc = make_engine(net, meta, o), blocked = make_engine(net, meta, o);
+    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {180, 240}}) {
+      auto x = images(1, h, w);
+      auto ref = reference(net, meta, x);
+      onednn_set_bf16_nhwc(1);  // a plan is built at the first call of its size
+      auto a = nhwc->logits(x);
+      onednn_set_bf16_nhwc(0);
+      auto b = blocked->logits(x);
+      onednn_set_bf16_nhwc(-1);
+      const double scale = std::max(1.0, ref.abs().max().item<double>());
+      std::printf("  c0=%lld %4lldx%-4lld nhwc: labels %.5f max |logit diff| %.2e; blocked: %.5f %.2e; between %.2e\n",
+                  static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
+                  agreement(a, ref), max_diff(a, ref), agreement(b, ref), max_diff(b, ref), max_diff(a, b));
+      for (const auto* got : {&a, &b}) {
+        EXPECT_GE(agreement(*got, ref), 0.99) << h << "x" << w;
+        EXPECT_LT(max_diff(*got, ref), 0.02 * scale) << h << "x" << w;
+      }
+      EXPECT_LT(max_diff(a, b), 0.02 * scale) << h << "x" << w;
+    }
+    const std::string pn = nhwc->profile(), pb = blocked->profile();
+    EXPECT_EQ(pb.find("(nhwc "), std::string::npos) << pb;
+    EXPECT_NE(pn.find("init.conv2 (nhwc "), std::string::npos) << pn;             // 3x3, the first bf16 one
+    EXPECT_NE(pn.find("semantic2.layers.5.pw2 (nhwc "), std::string::npos) << pn;  // 1x1, from a bf16 value
+  }
+}
+
 TEST(Engine, PortableKernelsMatchTheNativeOnes) {
   // The register epilogues (AVX-512 and AVX2 forms), the packed logits and the AVX-512 argmax
   // have a portable twin (finish_tile, one store per pixel, the portable argmax) that other

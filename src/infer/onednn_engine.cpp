@@ -73,6 +73,7 @@ std::string onednn_step_scheduler() { return "openmp"; }
 std::string onednn_unsuitable_reason() { return "this build has no onednn backend"; }
 void onednn_use_native_kernels(bool) {}
 void onednn_set_winograd(int) {}
+void onednn_set_bf16_nhwc(int) {}
 std::unique_ptr<InferenceEngine> make_onednn_engine(const FusedNetwork&, bool, bool, size_t, bool) {
   throw std::runtime_error("this build has no onednn backend (libdnnl-dev was not found at configure time)");
 }
@@ -83,13 +84,16 @@ bool onednn_available() { return true; }
 namespace {
 std::atomic<bool> g_native_kernels{true};
 std::atomic<int> g_winograd{-1};
+std::atomic<int> g_bf16_nhwc{-1};
 }
 void onednn_use_native_kernels(bool on) { g_native_kernels.store(on, std::memory_order_relaxed); }
 void onednn_set_winograd(int mode) {
   g_winograd.store(mode < 0 ? -1 : mode == 4 || mode == 6 ? mode : mode > 0 ? 1 : 0, std::memory_order_relaxed);
 }
+void onednn_set_bf16_nhwc(int mode) { g_bf16_nhwc.store(mode < 0 ? -1 : mode > 0 ? 1 : 0, std::memory_order_relaxed); }
 namespace onednn {
 int winograd_mode() { return g_winograd.load(std::memory_order_relaxed); }
+int bf16_nhwc_mode() { return g_bf16_nhwc.load(std::memory_order_relaxed); }
 bool avx512_kernels() {
 #if LIGHTSEG_NATIVE_KERNELS && defined(__GNUC__) && defined(__x86_64__)
   static const bool cpu = cpu_isa_level() >= IsaLevel::Avx512;

@@ -16,6 +16,8 @@ bool avx2_kernels();
 // onednn_set_winograd's mode: -1 measured, 1 always (the faster tile), 4 or 6 always with
 // that tile, 0 never.
 int winograd_mode();
+// onednn_set_bf16_nhwc's mode: -1 measured, 1 always, 0 never.
+int bf16_nhwc_mode();
 
 // An engine whose plans keep activations in nChw16c (b16: oneDNN's avx512_core kernels; the
 // only width with bf16 and int8 plans) or nChw8c (b8: its avx2 and sse41 kernels).

@@ -79,7 +79,7 @@ class Engine : public InferenceEngine {
     if (steps_ == StepScheduler::Auto && !e.pool_plan && e.pool_failure.empty() && e.hits >= 2 && x.size(0) == 1 &&
         at::get_num_threads() > 1) {
       try {
-        e.pool_plan = build(x, true);
+        e.pool_plan = build(x, true, e.plan.get());
         e.pool_plan->set_profiling(false);  // its profile counts the calls auto gives it
         PoolSteps scope(true);  // and run once: its buffers touched, the pool's threads started
         e.pool_plan->run(x, strm_);
@@ -144,10 +144,10 @@ class Engine : public InferenceEngine {
   size_t max_plans_;
   dnnl::engine eng_;
   dnnl::stream strm_;
-  std::unique_ptr<Plan> build(const torch::Tensor& x, bool pool) {
+  std::unique_ptr<Plan> build(const torch::Tensor& x, bool pool, const Plan* like = nullptr) {
     PoolSteps scope(pool);  // a pool plan cuts its batch-1 convolutions into slices (sliced_conv.h)
     if (pool && pool_plans_fail_for_tests()) throw std::runtime_error("a pool plan failed to build (test)");
-    auto p = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_, int8_);
+    auto p = std::make_unique<Plan>(f_, eng_, x.size(0), x.size(2), x.size(3), bf16_, int8_, like);
     p->set_profiling(profile_);
     return p;
   }

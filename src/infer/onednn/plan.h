@@ -7,8 +7,11 @@
 class Plan {
  public:
   // bf16: values in bf16 storage where the analysis allows, dense convolutions in bf16; int8:
-  // dense convolutions in int8 (int8_conv.h) instead, on f.act_absmax's calibration.
-  Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16, bool int8 = false);
+  // dense convolutions in int8 (int8_conv.h) instead, on f.act_absmax's calibration. like: a
+  // plan of the same network and shape whose measured layout choices this one takes (auto's
+  // pool plan: the same arithmetic, so the same results, on either scheduler).
+  Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16, bool int8 = false,
+       const Plan* like = nullptr);
   void set_profiling(bool on) { profile_ = on; }
   // The mean time of every step over the profiled calls ("" when none).
   std::string report() const;
@@ -29,6 +32,8 @@ class Plan {
   std::vector<uint16_t*> shadow_;                      // per value: its bf16 copy (bf16 plans), or null
   std::vector<int8_t*> q8_;                            // per value: its int8 NHWC copy (int8 plans), or null
   std::vector<float> q8_scale_;                        // ... and that copy's scale
+  std::vector<signed char> nhwc_;                      // per operation: its bf16 convolution in NHWC (1), not (0), -1 n/a
+  const Plan* like_ = nullptr;                         // whose choices this plan takes
   std::vector<Step> steps_;
   std::vector<std::string> labels_;                    // what each step runs (op, kernel): for debuggers
   struct Buffer {

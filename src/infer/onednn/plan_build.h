@@ -50,6 +50,9 @@ class PlanBuilder {
   void int8_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass);
   // True when the pass is part of the convolution's step (a sliced convolution).
   bool float_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass);
+  // True when taken: the convolution in NHWC, its pass included (oneDNN's AMX kernels).
+  bool nhwc_bf16_conv(int i, const DenseShape& s, const View& cdst, bool pass, const dnnl::primitive_attr& attr,
+                      const dnnl::memory& bmem, double to_beat);
   bool sliced_dense_conv(const FusedOp& op, const DenseShape& s, const dnnl::memory& src, const View& cdst,
                          dnnl::primitive_attr attr, bool use_bf16, bool pass, const std::string& impl);
   void conv_pass(const FusedOp& op, const View& src, Act act);
@@ -63,8 +66,9 @@ class PlanBuilder {
   Epilogue* final_pass_ = nullptr;  // the last pass of the current operation: it may write the copies too
 };
 
-Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16, bool int8)
-    : f_(f), eng_(eng), N_(N), H_(H), W_(W) {
+Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H, int64_t W, bool bf16, bool int8,
+           const Plan* like)
+    : f_(f), eng_(eng), N_(N), H_(H), W_(W), nhwc_(f.ops.size(), -1), like_(like) {
   PlanBuilder(*this, f, bf16, int8).build();
 }
 

@@ -198,8 +198,9 @@ void PlanBuilder::int8_dense_conv(int i, const DenseShape& s, const View& cdst, 
 
 // f32 or bf16: the candidates, chosen by measuring them here once: oneDNN's direct algorithm;
 // its Winograd for dense 3×3 stride-1 convolutions; for the first convolution also an NHWC
-// input; our Winograd F(4×4, 3×3) and F(6×6, 3×3) where they fit. A layout that only oneDNN's
-// reference kernel takes runs in NHWC between two reorders instead.
+// input; our Winograd F(4×4, 3×3) and F(6×6, 3×3) where they fit; in bf16, NHWC
+// (nhwc_bf16_conv: AMX). A layout that only oneDNN's reference kernel takes runs in NHWC
+// between two reorders instead.
 bool PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst, bool pass) {
   const auto& op = f_.ops[i];
   const View& x = p_.views_[op.in[0]];
@@ -312,7 +313,7 @@ bool PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst,
       winograd_fits(x, cdst, s.G, s.ekh, s.ekw, op.stride[0], op.stride[1], s.dh, s.dw)) {
     wino = fastest_winograd(x, cdst, s.ph, s.pw, w_plain, op.bias, wmode, &wino_seconds);
   }
-  if (cands.size() > 1 || wino) {
+  if (cands.size() > 1 || wino || (use_bf16 && bf16_nhwc_mode() < 0)) {
     dnnl::stream st(eng);
     for (auto& c : cands) {
       std::unordered_map<int, dnnl::memory> args{
@@ -329,6 +330,7 @@ bool PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst,
   }
   auto best = std::min_element(cands.begin(), cands.end(),
                                [](const Candidate& a, const Candidate& b) { return a.seconds < b.seconds; });
+  if (use_bf16 && !cands.empty() && nhwc_bf16_conv(i, s, cdst, pass, attr, bmem, best->seconds)) return true;
   if (wino && (wmode > 0 || wino_seconds < best->seconds)) {
     add_step(op.name + (wino->m == 6 ? " (winograd_6x3: ours)" : " (winograd_4x3: ours)"),
              [wino](dnnl::stream&) { run_winograd(*wino); });
@@ -345,6 +347,83 @@ bool PlanBuilder::float_dense_conv(int i, const DenseShape& s, const View& cdst,
     });
   }
   return false;
+}
+
+// bf16 in NHWC: oneDNN's AMX kernels take no blocked layout (on nChw16c an AMX CPU runs its
+// AVX512-BF16 kernels, ~10× slower on this network's shapes). One step reorders the input (the
+// value or its bf16 shadow) into an NHWC bf16 copy and runs the convolution into an NHWC f32
+// result; the pass reads that result into the value (as in int8 plans). Taken where the step
+// (plus a reorder back, where the blocked convolution needs no pass) measures faster than
+// `to_beat` (the blocked convolution's seconds), or
+// always under onednn_set_bf16_nhwc(1); never under 0 or for a view oneDNN cannot describe
+// (a concat part read alone, grouped weights). A plan built like another (auto's pool plan)
+// takes that plan's choice.
+bool PlanBuilder::nhwc_bf16_conv(int i, const DenseShape& s, const View& cdst, bool pass,
+                                 const dnnl::primitive_attr& attr, const dnnl::memory& bmem, double to_beat) {
+  const auto& op = f_.ops[i];
+  const View& x = p_.views_[op.in[0]];
+  int mode = bf16_nhwc_mode();
+  if (p_.like_ && p_.like_->nhwc_[i] >= 0) mode = p_.like_->nhwc_[i];  // as the size's first plan chose
+  p_.nhwc_[i] = 0;
+  const bool from_shadow = !x.bf16;
+  if (mode == 0 || x.fmt != View::Fmt::Blocked || x.coff != 0 || x.C != x.ctot || s.G != 1 ||
+      (from_shadow && !p_.shadow_[op.in[0]]))
+    return false;
+  const auto& eng = p_.eng_;
+  dnnl::memory xb(dnnl::memory::desc({x.N, x.C, x.H, x.W}, dtype::bf16, kBlockedTag), eng,
+                  from_shadow ? static_cast<void*>(p_.shadow_[op.in[0]]) : static_cast<void*>(x.data));
+  View xn = x, r = cdst;
+  xn.fmt = r.fmt = View::Fmt::Nhwc;
+  xn.bf16 = true;
+  r.bf16 = false;
+  xn.data = p_.alloc(xn.floats());
+  r.data = p_.alloc(r.floats());
+  bool taken = false;
+  try {
+    dnnl::convolution_forward::desc d(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xn.desc(),
+        dnnl::memory::desc(s.wd, dtype::bf16, tag::any), bmem.get_desc(), r.desc(), {op.stride[0], op.stride[1]},
+        {s.dh - 1, s.dw - 1}, {s.ph, s.pw}, {s.rh, s.rw});
+    dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
+    const std::string impl = pd.impl_info_str();
+    if (impl.rfind("ref", 0) != 0) {
+      auto wbuf = torch::empty({static_cast<int64_t>(pd.weights_desc().get_size() / sizeof(float)) + 1});
+      dnnl::memory wsrc(dnnl::memory::desc(s.wd, dtype::f32, tag::oihw), eng, s.w_live.data_ptr());
+      dnnl::memory wmem(pd.weights_desc(), eng, wbuf.data_ptr());
+      dnnl::stream st(eng);
+      dnnl::reorder(wsrc, wmem).execute(st, wsrc, wmem);
+      st.wait();
+      dnnl::memory xm(xn.desc(), eng, xn.data), rm(r.desc(), eng, r.data), dmem(cdst.desc(), eng, cdst.data);
+      dnnl::reorder to_nhwc(xb, xm), back(rm, dmem);
+      dnnl::convolution_forward prim(pd);
+      auto step = [=](dnnl::stream& s2) mutable {
+        to_nhwc.execute(s2, xb, xm);
+        prim.execute(s2, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_BIAS, bmem}, {DNNL_ARG_DST, rm}});
+      };
+      double seconds = 1e30;
+      if (mode < 0) {
+        for (int k = 0; k < 4; ++k) {  // the first call warms up
+          auto t0 = std::chrono::steady_clock::now();
+          step(st);
+          if (!pass) back.execute(st, rm, dmem);  // else the pass, which the blocked convolution has too
+          st.wait();
+          if (k > 0) seconds = std::min(seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+      }
+      if (mode > 0 || seconds < to_beat) {
+        p_.params_.push_back(wbuf);
+        add_step(op.name + " (nhwc " + impl + ")", step);
+        conv_pass(op, r, pass ? op.act : Act::None);  // without a pass: ReLU or sigmoid ran in oneDNN (attr)
+        taken = true;
+        p_.nhwc_[i] = 1;
+      }
+    }
+  } catch (const dnnl::error&) {
+    // no NHWC bf16 convolution of this shape
+  }
+  p_.release(xn.data, xn.floats());
+  p_.release(r.data, r.floats());
+  return taken;
 }
 
 // In a pool plan (one built within PoolSteps, claim_pool.h), batch 1: the convolution `impl`
