@@ -289,6 +289,21 @@ TEST(Engine, Bf16HandlesEveryConfigurationAndSize) {
   }
 }
 
+// Each engine's logits of x, its plan for x's size built under its own mode of `set`
+// (onednn_set_winograd, onednn_set_bf16_nhwc: read when a plan is built, at the first call of
+// a size); the default (-1, measured) set again after.
+static std::vector<torch::Tensor> logits_under_modes(void (*set)(int),
+                                                     const std::vector<std::pair<int, InferenceEngine*>>& runs,
+                                                     const torch::Tensor& x) {
+  std::vector<torch::Tensor> r;
+  for (const auto& [mode, engine] : runs) {
+    set(mode);
+    r.push_back(engine->logits(x));
+  }
+  set(-1);
+  return r;
+}
+
 TEST(Engine, Bf16ConvolutionsInNhwcMatchTheBlockedOnes) {
   // bf16 dense convolutions in NHWC (the layout of oneDNN's AMX kernels: an NHWC bf16 copy of
   // the input, an NHWC f32 result read by the pass) against the same convolutions on the blocked
@@ -309,11 +324,8 @@ TEST(Engine, Bf16ConvolutionsInNhwcMatchTheBlockedOnes) {
     for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {180, 240}}) {
       auto x = images(1, h, w);
       auto ref = reference(net, meta, x);
-      onednn_set_bf16_nhwc(1);  // a plan is built at the first call of its size
-      auto a = nhwc->logits(x);
-      onednn_set_bf16_nhwc(0);
-      auto b = blocked->logits(x);
-      onednn_set_bf16_nhwc(-1);
+      const auto got = logits_under_modes(onednn_set_bf16_nhwc, {{1, nhwc.get()}, {0, blocked.get()}}, x);
+      const auto &a = got[0], &b = got[1];
       const double scale = std::max(1.0, ref.abs().max().item<double>());
       std::printf("  c0=%lld %4lldx%-4lld nhwc: labels %.5f max |logit diff| %.2e; blocked: %.5f %.2e; between %.2e\n",
                   static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
@@ -449,13 +461,8 @@ TEST(Engine, WinogradConvolutionsMatchTheTrainingGraph) {
     for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{97, 131}, {65, 33}, {33, 35}}) {
       auto x = images(1, h, w);
       auto ref = reference(net, meta, x);
-      onednn_set_winograd(4);  // a plan is built at the first call of its size
-      auto got4 = f4->logits(x);
-      onednn_set_winograd(6);
-      auto got6 = f6->logits(x);
-      onednn_set_winograd(0);
-      auto base = direct->logits(x);
-      onednn_set_winograd(-1);
+      const auto got = logits_under_modes(onednn_set_winograd, {{4, f4.get()}, {6, f6.get()}, {0, direct.get()}}, x);
+      const auto &got4 = got[0], &got6 = got[1], &base = got[2];
       const double scale = std::max(1.0, ref.abs().max().item<double>());
       std::printf("  c0=%lld %4lldx%-4lld F(4x4): labels %.5f  max |logit diff| %.2e; F(6x6): %.5f %.2e; direct %.2e\n",
                   static_cast<long long>(cfg.c0), static_cast<long long>(h), static_cast<long long>(w),
