@@ -37,7 +37,7 @@
 // by a oneDNN reorder after a oneDNN producer). Our kernels compute in f32 whatever they
 // read. The first convolution stays f32: rounding the normalised image costs the most
 // label agreement. Each bf16 convolution runs on the blocked layout or in NHWC (oneDNN's AMX
-// kernels take only that: an NHWC copy of the input, an NHWC f32 result the pass reads),
+// kernels take only that: an NHWC copy of the input, an NHWC result the pass reads),
 // whichever measures faster when the plan is built (plan_build_conv.h, nhwc_bf16_conv).
 //
 // int8 plans (EngineOptions::dtype = kQInt8, CPUs with AVX512-VNNI; onednn/int8_conv.h): the

@@ -48,7 +48,7 @@ void onednn_use_native_kernels(bool on);
 // CPU measures.
 void onednn_set_winograd(int mode);
 // Which bf16 dense convolutions of plans built from now on run in NHWC (an NHWC bf16 copy of
-// the input, an NHWC f32 result read by the pass: the layout oneDNN's AMX kernels take): -1
+// the input, an NHWC result read by the pass: the layout oneDNN's AMX kernels take): -1
 // (default) where that measures faster than the blocked convolution; 1 every one oneDNN has a
 // non-reference kernel for; 0 none. For tests, like onednn_set_winograd.
 void onednn_set_bf16_nhwc(int mode);

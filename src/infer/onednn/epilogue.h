@@ -82,7 +82,18 @@ void finish_tile(const Epilogue& e, vb* t, int64_t n, int64_t g, int64_t p, int6
 
 void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t np) {
   vb t[kTile];
-  if (e.src.fmt == View::Fmt::Nhwc) {  // an int8 convolution's result (f32, NHWC): gathered
+  if (e.src.fmt == View::Fmt::Nhwc && e.src.bf16) {  // a bf16 convolution's NHWC result: gathered
+    const int64_t C = e.src.C, c0 = g * kBlock, lanes = std::min<int64_t>(kBlock, C - c0);
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(e.src.data) + (n * e.src.pixels() + p) * C + c0;
+    for (int64_t i = 0; i < np; ++i) {
+      if (lanes == kBlock) {
+        t[i] = load(s + i * C);
+      } else {
+        t[i] = vb{};
+        for (int64_t l = 0; l < lanes; ++l) t[i][l] = scalar(s + i * C + l);
+      }
+    }
+  } else if (e.src.fmt == View::Fmt::Nhwc) {  // an int8 or bf16 convolution's result (f32, NHWC): gathered
     const int64_t C = e.src.C, c0 = g * kBlock, lanes = std::min<int64_t>(kBlock, C - c0);
     const float* s = e.src.data + (n * e.src.pixels() + p) * C + c0;
     if (lanes == kBlock) {
@@ -101,10 +112,12 @@ void epilogue_tile(const Epilogue& e, int64_t n, int64_t g, int64_t p, int64_t n
   }
   finish_tile(e, t, n, g, p, np);
 }
-// A source whose pixels are `stride` floats apart: an int8 convolution's NHWC result, whole
-// channel blocks only (the register epilogue's source besides tiles and blocked values).
+// A source whose pixels are `stride` elements apart: an int8 or bf16 convolution's NHWC result
+// (f32, or bf16: T = uint16_t), whole channel blocks only (the register epilogue's source
+// besides tiles and blocked values).
+template <class T>
 struct PixelStrided {
-  const float* p;
+  const T* p;
   int64_t stride;
 };
 #if LIGHTSEG_ONEDNN_X86_512 || LIGHTSEG_ONEDNN_X86_256
@@ -124,15 +137,19 @@ struct EpilogueItems {
         P(e.dst.pixels()),
         tiles((P + kTile - 1) / kTile),
         count(e.dst.N * blocks * tiles),
-        nhwc(e.src.fmt == View::Fmt::Nhwc && !e.src.bf16 && e.src.C == e.dst.C),  // int8 plans
+        nhwc(e.src.fmt == View::Fmt::Nhwc && e.src.C == e.dst.C),  // int8 plans, bf16 NHWC convolutions
         fast(register_epilogue_fits(e) && (e.src.fmt == View::Fmt::Blocked || nhwc)),
         pixel_major(e.src.fmt == View::Fmt::Nhwc || e.q8) {}
   void run(const Epilogue& e, int64_t i) const {
     const int64_t tile = pixel_major ? (i / blocks) % tiles : i % tiles;
     const int64_t g = pixel_major ? i % blocks : (i / tiles) % blocks, n = i / (tiles * blocks);
     const int64_t p = tile * kTile, np = std::min(kTile, P - p);
-    if (fast && nhwc) {
-      const PixelStrided s{e.src.data + (n * P + p) * e.src.C + g * kBlock, e.src.C};
+    if (fast && nhwc && e.src.bf16) {
+      const PixelStrided<uint16_t> s{reinterpret_cast<const uint16_t*>(e.src.data) + (n * P + p) * e.src.C + g * kBlock,
+                                     e.src.C};
+      register_epilogue(e, &s, n, g, p, np, nullptr);
+    } else if (fast && nhwc) {
+      const PixelStrided<float> s{e.src.data + (n * P + p) * e.src.C + g * kBlock, e.src.C};
       register_epilogue(e, &s, n, g, p, np, nullptr);
     } else if (fast && e.src.bf16)
       register_epilogue(e, e.src.blockh(n, g) + p * kBlock, n, g, p, np, nullptr);

@@ -56,7 +56,10 @@ inline __attribute__((always_inline)) void add_operand(vb* v, const Operand& a, 
 inline __attribute__((always_inline)) vb fetch(const vb* t, int64_t i) { return t[i]; }
 inline __attribute__((always_inline)) vb fetch(const float* s, int64_t i) { return load(s + i * kBlock); }
 inline __attribute__((always_inline)) vb fetch(const uint16_t* s, int64_t i) { return in_load(s + i * kBlock); }
-inline __attribute__((always_inline)) vb fetch(const PixelStrided* s, int64_t i) { return load(s->p + i * s->stride); }
+inline __attribute__((always_inline)) vb fetch(const PixelStrided<float>* s, int64_t i) { return load(s->p + i * s->stride); }
+inline __attribute__((always_inline)) vb fetch(const PixelStrided<uint16_t>* s, int64_t i) {
+  return in_load(s->p + i * s->stride);
+}
 // f32 → bf16 rounded to nearest even (vcvtneps2bf16; asm, so that it compiles in an AVX-512F
 // function: it only runs where a bf16 value exists, i.e. in bf16 plans on AVX512-BF16 CPUs).
 inline __attribute__((always_inline)) void out_bf16(uint16_t* d, vb v) {
