@@ -159,8 +159,12 @@ std::string onednn_plan_description() {
                                                               : "sse41 or less";
   if (!LIGHTSEG_NATIVE_KERNELS) return "none (built without native kernels: auto is fused)";
   const int b = onednn_plan_block();
-  return b ? "nChw" + std::to_string(b) + "c plans on oneDNN's " + name + " kernels"
-           : std::string("none (oneDNN has ") + name + ")";
+  if (!b) return std::string("none (oneDNN has ") + name + ")";
+  std::string r = "nChw" + std::to_string(b) + "c plans on oneDNN's " + name + " kernels";
+  // AMX convolutions take NHWC only: bf16 plans measure them against the blocked ones
+  if (isa == dnnl::cpu_isa::avx512_core_amx && onednn_bf16_available())
+    r += " (bf16: dense convolutions in NHWC on AMX where faster)";
+  return r;
 }
 
 std::string onednn_unsuitable_reason() {
