@@ -33,7 +33,7 @@ class Plan {
   std::vector<int8_t*> q8_;                            // per value: its int8 NHWC copy (int8 plans), or null
   std::vector<float> q8_scale_;                        // ... and that copy's scale
   std::vector<signed char> nhwc_;                      // per operation: its bf16 convolution in NHWC (1), not (0), -1 n/a
-  const Plan* like_ = nullptr;                         // whose choices this plan takes
+  const Plan* like_ = nullptr;                         // whose choices this plan takes (while it is built)
   std::vector<Step> steps_;
   std::vector<std::string> labels_;                    // what each step runs (op, kernel): for debuggers
   struct Buffer {

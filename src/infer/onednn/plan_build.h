@@ -70,6 +70,7 @@ Plan::Plan(const FusedNetwork& f, const dnnl::engine& eng, int64_t N, int64_t H,
            const Plan* like)
     : f_(f), eng_(eng), N_(N), H_(H), W_(W), nhwc_(f.ops.size(), -1), like_(like) {
   PlanBuilder(*this, f, bf16, int8).build();
+  like_ = nullptr;  // read while building only: that plan may go before this one
 }
 
 PlanBuilder::PlanBuilder(Plan& plan, const FusedNetwork& f, bool bf16, bool int8)
