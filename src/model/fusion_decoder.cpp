@@ -1,5 +1,7 @@
 #include "lightseg/model/fusion_decoder.h"
 
+#include "model/score_upsample.h"
+
 namespace lightseg::model {
 
 torch::Tensor upsample_to(const torch::Tensor& x, int64_t h, int64_t w) {
@@ -12,8 +14,10 @@ torch::Tensor upsample_to(const torch::Tensor& x, int64_t h, int64_t w) {
 }
 
 torch::Tensor upsample_scores(const torch::Tensor& x, int64_t h, int64_t w) {
-  if (x.is_cpu() && x.scalar_type() == torch::kBFloat16) return upsample_to(x.to(torch::kFloat32), h, w);
-  return upsample_to(x, h, w);
+  const torch::Tensor s = x.is_cpu() && x.scalar_type() == torch::kBFloat16 ? x.to(torch::kFloat32) : x;
+  if (s.size(2) == h && s.size(3) == w) return s;
+  if (score_upsample_applies(s)) return score_upsample(s, h, w);  // ours: float32 channels_last
+  return upsample_to(s, h, w);
 }
 
 FusionDecoderImpl::FusionDecoderImpl(int64_t c0, int64_t c1, int64_t c2, int64_t num_classes,
