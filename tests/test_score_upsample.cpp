@@ -87,6 +87,20 @@ TEST(Fused, ScoreUpsampleTakesTheTrainingScoresAndRefusesOthers) {
   EXPECT_EQ(up.scalar_type(), torch::kFloat32);
   EXPECT_LT(rel_err(up, reference(lo.to(torch::kFloat64), 24, 32)), 1e-6);
   EXPECT_EQ(model::upsample_scores(lo, 6, 8).scalar_type(), torch::kFloat32);
+  // upsample_to: C1.9's ×2 of bfloat16 maps (autocast) in float32, rounded once to bfloat16;
+  // the gradient comes back to the bfloat16 input
+  auto feat = (torch::randn({2, 32, 5, 7}) * 3).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+  feat.requires_grad_(true);
+  const auto grad = torch::randn({2, 32, 10, 14});
+  auto fd = feat.detach().to(torch::kFloat64).requires_grad_(true);
+  auto want = reference(fd, 10, 14);
+  want.backward(grad.to(torch::kFloat64));
+  auto got = model::upsample_to(feat, 10, 14);
+  EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(rel_err(got, want), 4e-3);  // one bfloat16 rounding (2^-8 of the value, at most)
+  got.backward(grad.to(torch::kBFloat16));
+  ASSERT_TRUE(feat.grad().defined());
+  EXPECT_LT(rel_err(feat.grad(), fd.grad()), 8e-3);  // the incoming gradient rounded too
   // NCHW scores (C > 1) take torch's resize: the same values
   const auto nchw = torch::randn({1, 5, 6, 8});
   EXPECT_FALSE(model::score_upsample_applies(nchw));

@@ -6,6 +6,12 @@ namespace lightseg::model {
 
 torch::Tensor upsample_to(const torch::Tensor& x, int64_t h, int64_t w) {
   if (x.size(2) == h && x.size(3) == w) return x;
+  if (x.is_cpu() && x.scalar_type() == torch::kBFloat16) {  // C1.9's ×2 under autocast: ours in float32
+    const torch::Tensor f = x.to(torch::kFloat32);
+    if (score_upsample_applies(f)) return score_upsample(f, h, w).to(torch::kBFloat16);
+  } else if (score_upsample_applies(x)) {
+    return score_upsample(x, h, w);
+  }
   return torch::nn::functional::interpolate(
       x, torch::nn::functional::InterpolateFuncOptions()
              .size(std::vector<int64_t>{h, w})
@@ -14,10 +20,7 @@ torch::Tensor upsample_to(const torch::Tensor& x, int64_t h, int64_t w) {
 }
 
 torch::Tensor upsample_scores(const torch::Tensor& x, int64_t h, int64_t w) {
-  const torch::Tensor s = x.is_cpu() && x.scalar_type() == torch::kBFloat16 ? x.to(torch::kFloat32) : x;
-  if (s.size(2) == h && s.size(3) == w) return s;
-  if (score_upsample_applies(s)) return score_upsample(s, h, w);  // ours: float32 channels_last
-  return upsample_to(s, h, w);
+  return upsample_to(x.is_cpu() && x.scalar_type() == torch::kBFloat16 ? x.to(torch::kFloat32) : x, h, w);
 }
 
 FusionDecoderImpl::FusionDecoderImpl(int64_t c0, int64_t c1, int64_t c2, int64_t num_classes,

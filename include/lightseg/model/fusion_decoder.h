@@ -38,14 +38,14 @@ class FusionDecoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FusionDecoder);
 
-// Bilinear resize to (h, w), align_corners = false.
+// Bilinear resize to (h, w), align_corners = false. On the CPU a channels_last float32 or
+// bfloat16 input (every network's maps in training) goes to our own operator
+// (src/model/score_upsample.h: ~5× LibTorch 1.13's float32 kernels forward and backward, which
+// are 3–7× faster than its bfloat16 ones; bfloat16 is resized in float32 and rounded once);
+// elsewhere torch's interpolate.
 torch::Tensor upsample_to(const torch::Tensor& x, int64_t h, int64_t w);
 // upsample_to for class scores on their way to the loss (C1.11's ×4, the auxiliary heads): on
-// the CPU a bfloat16 input (autocast training) is resized in float32 and returned as float32.
-// LibTorch 1.13's bfloat16 bilinear kernels take 3–7× the float32 time forward and backward at
-// these sizes, and the loss casts to float32 anyway. A float32 channels_last input on the CPU
-// (every training network's scores) goes to our own operator (src/model/score_upsample.h, ~5×
-// faster forward and backward); elsewhere the same as upsample_to.
+// the CPU a bfloat16 input (autocast training) comes back float32, which the loss takes.
 torch::Tensor upsample_scores(const torch::Tensor& x, int64_t h, int64_t w);
 
 }  // namespace lightseg::model
