@@ -356,6 +356,12 @@ torch::Tensor BNActImpl::forward(const torch::Tensor& x) {
   const AllReduceFn& reduce = bn_allreduce();
   if (act && !(reduce && is_training()) && fused_bn_prelu_applies(x, bn, act->weight))
     return fused_bn_prelu(x, bn, act->weight);
+  if (!act && !(reduce && is_training()) && bn->is_training()) {
+    // BatchNorm alone (C4.7's PW2 before the residual, the ResNet layers): the same operator
+    // with every slope 1 (PReLU(z) = z exactly), 2 passes forward and 2 backward
+    const auto ones = torch::ones({x.size(1)});
+    if (fused_bn_prelu_applies(x, bn, ones)) return fused_bn_prelu(x, bn, ones);
+  }
   torch::Tensor y = (reduce && is_training()) ? sync_batch_norm(x, bn, reduce) : bn->forward(x);
   return act ? model::prelu(y, act->weight) : y;
 }
