@@ -59,6 +59,11 @@ void add_eval(CLI::App& app, Args& a);
 void add_segment(CLI::App& app, Args& a);
 void add_serve(CLI::App& app, Args& a);
 void add_bench(CLI::App& app, Args& a);
+// `bench --contention N`'s busy processes: this program run as `lightseg <kBusyLoopArg> FD PID`
+// writes a byte to FD (its parent, bench's process PID, waits for it) and loops until killed
+// (main() checks for it first thing).
+constexpr const char* kBusyLoopArg = "--bench-busy-loop-child";
+[[noreturn]] void run_busy_loop_child(int ready_fd);
 void add_export(CLI::App& app, Args& a);
 void add_calibrate(CLI::App& app, Args& a);
 // --weights or the shipped default; throws a clear error when neither exists.

@@ -15,6 +15,7 @@
 
 #include <signal.h>
 #include <sched.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -92,20 +93,41 @@ double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 // They run at the default priority (SCHED_OTHER, nice 0) whatever lightseg's own: `nice -n -10 lightseg bench
 // --contention 2` measures a prioritised lightseg against ordinary processes. (A process may
 // always raise its children's nice value; lowering it below its own needs CAP_SYS_NICE, so under
-// `nice -n 5` without it they stay at 5: `nices()` says what they got.)
+// `nice -n 5` without it they stay at 5: `nices()` says what they got.) Each replaces itself by
+// a fresh image of this program that only loops (`kBusyLoopArg`, run_busy_loop_child): a fork
+// that went on running would share every page of this process copy-on-write, so that our first
+// write to each page after the fork (the plans' buffers: ~250 MB at 360×480) faulted and copied
+// it: the first timed call took 190-220 ms and the first on a pool plan 85-100 ms, the slowest
+// calls of a contended run, and no program on a robot shares our pages that way.
 class BusyProcesses {
  public:
   explicit BusyProcesses(int n) {
+    const pid_t parent = getpid();
     for (int i = 0; i < n; ++i) {
+      int ready[2];  // the child writes a byte when it loops: the timing starts with every one busy
+      if (pipe(ready) != 0) throw std::runtime_error("--contention: pipe failed");
       const pid_t pid = fork();
       if (pid < 0) throw std::runtime_error("--contention: fork failed");
       if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // kept across the exec below
+        if (getppid() != parent) _exit(0);  // the parent ended before the line above
         const sched_param normal{};  // an ordinary process even under `chrt` (leaving real time is always allowed)
         sched_setscheduler(0, SCHED_OTHER, &normal);
-        volatile uint64_t x = 0;
-        for (;;) x = x + 1;
+        close(ready[0]);
+        const std::string fd = std::to_string(ready[1]), owner = std::to_string(parent);
+        execl("/proc/self/exe", "lightseg", kBusyLoopArg, fd.c_str(), owner.c_str(), static_cast<char*>(nullptr));
+        run_busy_loop_child(ready[1]);  // no /proc: loop here (sharing our pages)
       }
+      close(ready[1]);
+      pollfd p{ready[0], POLLIN, 0};
+      char byte = 0;
+      if (poll(&p, 1, 10000) != 1 || read(ready[0], &byte, 1) != 1) {  // 10 s
+        close(ready[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        throw std::runtime_error("--contention: a busy process did not start");
+      }
+      close(ready[0]);
       pids_.push_back(pid);
       setpriority(PRIO_PROCESS, static_cast<id_t>(pid), 0);
       errno = 0;
@@ -126,6 +148,16 @@ class BusyProcesses {
 
 }  // namespace
 
+void run_busy_loop_child(int ready_fd) {
+  if (ready_fd >= 0) {
+    const char byte = 1;
+    if (write(ready_fd, &byte, 1) != 1) _exit(1);
+    close(ready_fd);
+  }
+  volatile uint64_t x = 0;
+  for (;;) x = x + 1;
+}
+
 void add_bench(CLI::App& app, Args& a) {
   auto* sub = app.add_subcommand("bench", "Measure inference speed (latency, FPS, achieved MAC/s vs peak)");
   add_options(sub, a, {Opt::Size, Opt::Batch, Opt::Threads, Opt::Iters, Opt::Weights, Opt::Config, Opt::Backend,
@@ -135,9 +167,17 @@ void add_bench(CLI::App& app, Args& a) {
   sub->add_option("--contention", contention,
                   "Time with N other processes busy on the cores (a shared robot CPU; N = cores: one per core)")
       ->check(CLI::Range(0, 1024));
+  static std::string times_path;
+  sub->add_option("--times", times_path,
+                  "Write each timed call's milliseconds to this file, one per line in call order (where a tail comes from)");
   sub->add_flag("--profile", profile,
                 "Time every step of the plan and print the mean of each (onednn; also LIGHTSEG_PROFILE=1)");
   sub->callback([&a]() {
+    std::ofstream times_file;
+    if (!times_path.empty()) {  // opened first: a path that cannot be written fails before the timing
+      times_file.open(times_path);
+      if (!times_file) throw std::runtime_error("--times: cannot write " + times_path);
+    }
     const int threads = init_runtime(a.threads);
     auto [h, w] = parse_size(a.size);  // with --input-size: the camera frame's size
     const InputSize input_size = InputSize::parse(a.input_size);
@@ -210,6 +250,11 @@ void add_bench(CLI::App& app, Args& a) {
         sync();
         ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
       }
+    }
+    if (times_file.is_open()) {
+      for (double v : ms) times_file << round3(v) << '\n';
+      times_file.close();
+      if (!times_file) throw std::runtime_error("--times: writing " + times_path + " failed");
     }
     const double p50 = percentile(ms, 0.5), p90 = percentile(ms, 0.9), p99 = percentile(ms, 0.99);
     const double best = *std::min_element(ms.begin(), ms.end());  // least disturbed by other load

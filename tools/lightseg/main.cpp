@@ -2,6 +2,7 @@
 // calls the library; errors are printed as "error: ..." with a non-zero exit code.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include "args.h"
@@ -19,6 +20,8 @@ static void reexec_with_thread_wait_defaults(char** argv) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], lightseg::cli::kBusyLoopArg) == 0)  // bench --contention's busy processes
+    lightseg::cli::run_busy_loop_child(std::atoi(argv[2]));
   reexec_with_thread_wait_defaults(argv);
   CLI::App app{"lightseg: real-time semantic segmentation (C++/LibTorch)"};
   app.require_subcommand(1);
