@@ -184,26 +184,24 @@ void check_input(const torch::Tensor& x, int64_t h, int64_t w) {
                                 std::to_string(w) + ")");
 }
 
-torch::Tensor resize_forward(const torch::Tensor& x, int64_t h, int64_t w) {
-  const int64_t N = x.size(0), C = x.size(1), Hs = x.size(2), Ws = x.size(3);
-  auto y = torch::empty({N, C, h, w}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-  if (y.numel() == 0) return y;
-  const Axis ay = make_axis(Hs, h), ax = make_axis(Ws, w);
+// Forward: src is x (N×C×Hs×Ws), the result N×C×H×W; backward: src is the incoming gradient
+// (N×C×H×W), the result x's gradient (N×C×Hs×Ws). Both channels_last.
+torch::Tensor resize(const torch::Tensor& src, int64_t Hs, int64_t Ws, int64_t H, int64_t W, bool backward) {
+  const int64_t N = src.size(0), C = src.size(1);
+  const std::vector<int64_t> sizes = backward ? std::vector<int64_t>{N, C, Hs, Ws} : std::vector<int64_t>{N, C, H, W};
+  auto out = torch::empty(sizes, src.options().memory_format(at::MemoryFormat::ChannelsLast));
+  if (out.numel() == 0) return out;
+  const Axis ay = make_axis(Hs, H), ax = make_axis(Ws, W);
   const int64_t Cp = (C + kLanes - 1) / kLanes * kLanes;
-  const Resize p{x.data_ptr<float>(), y.data_ptr<float>(), nullptr, nullptr, C, Cp, h, w, Hs, Ws, &ay, &ax};
-  run_rows(p, N * h, Ws * Cp, 2 * Cp, false);
-  return y;
-}
-
-torch::Tensor resize_backward(const torch::Tensor& g, int64_t Hs, int64_t Ws) {
-  const int64_t N = g.size(0), C = g.size(1), h = g.size(2), w = g.size(3);
-  auto dx = torch::empty({N, C, Hs, Ws}, g.options().memory_format(at::MemoryFormat::ChannelsLast));
-  if (dx.numel() == 0) return dx;
-  const Axis ay = make_axis(Hs, h), ax = make_axis(Ws, w);
-  const int64_t Cp = (C + kLanes - 1) / kLanes * kLanes;
-  const Resize p{nullptr, nullptr, g.data_ptr<float>(), dx.data_ptr<float>(), C, Cp, h, w, Hs, Ws, &ay, &ax};
-  run_rows(p, N * Hs, w * C + Cp, Cp, true);
-  return dx;
+  Resize p{nullptr, nullptr, nullptr, nullptr, C, Cp, H, W, Hs, Ws, &ay, &ax};
+  if (backward) {
+    p.big_in = src.data_ptr<float>(), p.small_out = out.data_ptr<float>();
+    run_rows(p, N * Hs, W * C + Cp, Cp, true);
+  } else {
+    p.small_in = src.data_ptr<float>(), p.big_out = out.data_ptr<float>();
+    run_rows(p, N * H, Ws * Cp, 2 * Cp, false);
+  }
+  return out;
 }
 
 class ScoreUpsample : public torch::autograd::Function<ScoreUpsample> {
@@ -211,13 +209,13 @@ class ScoreUpsample : public torch::autograd::Function<ScoreUpsample> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t h, int64_t w) {
     ctx->saved_data["h"] = x.size(2);
     ctx->saved_data["w"] = x.size(3);
-    return resize_forward(x, h, w);
+    return resize(x, x.size(2), x.size(3), h, w, false);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto g = grads[0].to(torch::kFloat32).contiguous(at::MemoryFormat::ChannelsLast);
-    return {resize_backward(g, ctx->saved_data["h"].toInt(), ctx->saved_data["w"].toInt()), torch::Tensor(),
-            torch::Tensor()};
+    return {resize(g, ctx->saved_data["h"].toInt(), ctx->saved_data["w"].toInt(), g.size(2), g.size(3), true),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
