@@ -105,16 +105,17 @@ class BusyProcesses {
     const pid_t parent = getpid();
     for (int i = 0; i < n; ++i) {
       int ready[2];  // the child writes a byte when it loops: the timing starts with every one busy
-      if (pipe(ready) != 0) throw std::runtime_error("--contention: pipe failed");
+      if (pipe(ready) != 0) fail("--contention: pipe failed");
+      // made before the fork: the child of a threaded process only execs (or loops)
+      const std::string fd = std::to_string(ready[1]), owner = std::to_string(parent);
       const pid_t pid = fork();
-      if (pid < 0) throw std::runtime_error("--contention: fork failed");
+      if (pid < 0) fail("--contention: fork failed");
       if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // kept across the exec below
         if (getppid() != parent) _exit(0);  // the parent ended before the line above
         const sched_param normal{};  // an ordinary process even under `chrt` (leaving real time is always allowed)
         sched_setscheduler(0, SCHED_OTHER, &normal);
         close(ready[0]);
-        const std::string fd = std::to_string(ready[1]), owner = std::to_string(parent);
         execl("/proc/self/exe", "lightseg", kBusyLoopArg, fd.c_str(), owner.c_str(), static_cast<char*>(nullptr));
         run_busy_loop_child(ready[1]);  // no /proc: loop here (sharing our pages)
       }
@@ -123,9 +124,8 @@ class BusyProcesses {
       char byte = 0;
       if (poll(&p, 1, 10000) != 1 || read(ready[0], &byte, 1) != 1) {  // 10 s
         close(ready[0]);
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-        throw std::runtime_error("--contention: a busy process did not start");
+        pids_.push_back(pid);
+        fail("--contention: a busy process did not start");
       }
       close(ready[0]);
       pids_.push_back(pid);
@@ -136,12 +136,18 @@ class BusyProcesses {
     }
   }
   const std::vector<int>& nices() const { return nices_; }
-  ~BusyProcesses() {
-    for (pid_t p : pids_) kill(p, SIGKILL);
-    for (pid_t p : pids_) waitpid(p, nullptr, 0);
-  }
+  ~BusyProcesses() { stop(); }
 
  private:
+  void stop() {
+    for (pid_t p : pids_) kill(p, SIGKILL);
+    for (pid_t p : pids_) waitpid(p, nullptr, 0);
+    pids_.clear();
+  }
+  [[noreturn]] void fail(const std::string& what) {  // the constructor's error: the ones started end too
+    stop();
+    throw std::runtime_error(what);
+  }
   std::vector<pid_t> pids_;
   std::vector<int> nices_;
 };
